@@ -1,0 +1,42 @@
+# Every target makes its own virtualenv in .venv (re-made when pyproject.toml changes).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+SAMPLE := agent/samples/node
+
+.PHONY: venv run test lint unit e2e e2e-v2 bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# The agent's main job on the embedded sample node: a dry-run diff (exit 1 = differences found, which is expected).
+run: venv
+	@$(BIN)/kube-cgroup-agent diff --config $(SAMPLE)/config.yaml; rc=$$?; [ $$rc -le 1 ] || exit $$rc
+
+lint: venv
+	$(BIN)/ruff check agent cgroupfs tests bench proto
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: venv
+	$(BIN)/pytest -q
+
+test: lint unit
+
+e2e: venv
+	bash tests/e2e/run.sh
+
+e2e-v2: venv
+	bash tests/v2guest/run.sh
+
+bench: venv
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

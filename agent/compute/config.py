@@ -1,0 +1,19 @@
+"""The knobs the pure computation needs, passed in explicitly (no global feature gates)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.compute.cpu import QUOTA_PERIOD_US
+from agent.model import CgroupName, Resources
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeConfig:
+    cgroup_root: CgroupName = field(default_factory=lambda: CgroupName(()))
+    cpu_cfs_quota: bool = True  # kubelet cpuCFSQuota: enforce CPU limits
+    cpu_cfs_quota_period_us: int = QUOTA_PERIOD_US  # kubelet cpuCFSQuotaPeriod
+    hugepage_sizes: tuple[int, ...] = ()  # the node's huge page sizes, in bytes
+    allocatable: Resources | None = None  # what the kubepods tree is sized with (capacity - reserved)
+    qos_reserved_memory_percent: int | None = None  # kubelet qosReserved memory=<p>%
+    pod_memory_reservation: bool = True  # soft limit / memory.low from a pod-level memory request

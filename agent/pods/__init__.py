@@ -1,0 +1,1 @@
+"""Pod sources: manifests (files, directories, stdin) and API objects, to `PodView`s."""

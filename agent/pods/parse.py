@@ -1,0 +1,293 @@
+"""Raw Pod objects (dicts, as YAML/JSON or the API give them) to validated, defaulted `PodView`s.
+
+This is the anti-corruption layer: after it, nothing in the agent sees a raw manifest. It applies
+the API server's defaulting that a raw manifest lacks, so a manifest and the same pod read back from
+the API compute to the same values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Final
+
+from agent.compute.aggregate import Amounts, aggregate, is_supported_pod_level
+from agent.model import (
+    EMPTY,
+    ContainerKind,
+    ContainerStatusView,
+    ContainerView,
+    ModelError,
+    PodView,
+    QOSClass,
+    ResizePolicy,
+    Resources,
+    validate_container_id,
+    validate_pod_uid,
+)
+from agent.pods import quantity
+
+POD_RESOURCES_ANNOTATION: Final = "kube-cgroup-agent.io/pod-resources"
+"""For clusters whose API lacks `spec.resources`: JSON `{"requests": {...}, "limits": {...}}`."""
+
+HUGEPAGES_PREFIX: Final = "hugepages-"
+
+
+class PodParseError(ValueError):
+    def __init__(self, pod: str, message: str) -> None:
+        super().__init__(f"{pod}: {message}")
+        self.pod = pod
+        self.message = message
+
+
+def pod_key(raw: Mapping[str, Any]) -> str:
+    meta = raw.get("metadata") if isinstance(raw, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return "<pod without metadata>"
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+
+
+def _resource_list(raw: object, what: str) -> Resources:
+    if raw is None:
+        return EMPTY
+    if not isinstance(raw, Mapping):
+        raise quantity.QuantityError(f"{what} must be a map of resource name to quantity")
+    cpu = memory = None
+    hugepages: dict[int, int] = {}
+    other: set[str] = set()
+    for name, value in raw.items():
+        where = f"{what}.{name}"
+        if name == "cpu":
+            cpu = quantity.to_milli(value, where)
+        elif name == "memory":
+            memory = quantity.to_int(value, where)
+        elif isinstance(name, str) and name.startswith(HUGEPAGES_PREFIX):
+            size = quantity.to_int(name[len(HUGEPAGES_PREFIX) :], f"{what} page size of {name!r}")
+            if size <= 0:
+                raise quantity.QuantityError(f"{where}: page size must be positive")
+            hugepages[size] = quantity.to_int(value, where)
+        else:
+            quantity.parse(value, where)  # still refuse garbage
+            other.add(str(name))
+    return Resources(cpu, memory, dict(sorted(hugepages.items())), frozenset(other))
+
+
+def _merge_missing(requests: Resources, limits: Resources) -> Resources:
+    """SetDefaults_Pod: a resource with a limit and no request gets request = limit."""
+    hp = dict(limits.hugepages)
+    hp.update(requests.hugepages)
+    return Resources(
+        requests.cpu_milli if requests.cpu_milli is not None else limits.cpu_milli,
+        requests.memory if requests.memory is not None else limits.memory,
+        dict(sorted(hp.items())),
+        requests.other | limits.other,
+    )
+
+
+def _resize_policy(raw: object, where: str) -> dict[str, ResizePolicy]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise PodParseError(where, "resizePolicy must be a list")
+    out: dict[str, ResizePolicy] = {}
+    for item in raw:
+        if not isinstance(item, Mapping):
+            raise PodParseError(where, "resizePolicy entries must be maps")
+        name, policy = item.get("resourceName"), item.get("restartPolicy")
+        if name not in ("cpu", "memory"):
+            raise PodParseError(where, f"resizePolicy resourceName {name!r} is not cpu or memory")
+        # seed 000 calls the default "NoRestart"; the API names it NotRequired
+        if policy == "NoRestart":
+            policy = ResizePolicy.NOT_REQUIRED.value
+        try:
+            out[name] = ResizePolicy(policy)
+        except ValueError as err:
+            raise PodParseError(where, f"resizePolicy restartPolicy {policy!r} is unknown") from err
+    return out
+
+
+def _container(raw: object, kind: ContainerKind, key: str, seen: set[str]) -> ContainerView:
+    if not isinstance(raw, Mapping):
+        raise PodParseError(key, "a container must be a map")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise PodParseError(key, "a container has no name")
+    if name in seen:
+        raise PodParseError(key, f"container name {name!r} is used twice")
+    seen.add(name)
+    if kind is ContainerKind.INIT and raw.get("restartPolicy") == "Always":
+        kind = ContainerKind.SIDECAR
+    res = raw.get("resources") or {}
+    if not isinstance(res, Mapping):
+        raise PodParseError(key, f"container {name!r}: resources must be a map")
+    try:
+        limits = _resource_list(res.get("limits"), f"container {name!r} limits")
+        requests = _merge_missing(_resource_list(res.get("requests"), f"container {name!r} requests"), limits)
+    except quantity.QuantityError as err:
+        raise PodParseError(key, str(err)) from err
+    return ContainerView(name, kind, requests, limits, _resize_policy(raw.get("resizePolicy"), key))
+
+
+def _statuses(raw: object, key: str) -> tuple[ContainerStatusView, ...]:
+    if not isinstance(raw, list):
+        return ()
+    out: list[ContainerStatusView] = []
+    for st in raw:
+        if not isinstance(st, Mapping) or not isinstance(st.get("name"), str):
+            continue
+        cid = runtime = None
+        full = st.get("containerID")
+        if isinstance(full, str) and full:
+            runtime, sep, bare = full.partition("://")
+            if not sep:
+                runtime, bare = None, full
+            try:
+                cid = validate_container_id(bare)
+            except ModelError as err:
+                raise PodParseError(key, f"container {st['name']!r}: {err}") from err
+        state = st.get("state")
+        running = isinstance(state, Mapping) and "running" in state
+        restarts = st.get("restartCount", 0)
+        out.append(
+            ContainerStatusView(st["name"], cid, runtime, running, restarts if isinstance(restarts, int) else 0)
+        )
+    return tuple(out)
+
+
+def _pod_level(spec: Mapping[str, Any], meta: Mapping[str, Any], key: str) -> tuple[Any, str | None]:
+    if spec.get("resources") is not None:
+        return spec["resources"], "spec"
+    annotations = meta.get("annotations") or {}
+    text = annotations.get(POD_RESOURCES_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if text is None:
+        return None, None
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError) as err:
+        raise PodParseError(key, f"annotation {POD_RESOURCES_ANNOTATION} is not valid JSON: {err}") from err
+    if not isinstance(value, Mapping) or not set(value) <= {"requests", "limits"}:
+        raise PodParseError(key, f'annotation {POD_RESOURCES_ANNOTATION} must be {{"requests": ..., "limits": ...}}')
+    return value, "annotation"
+
+
+def _default_pod_level(pod: PodView) -> PodView:
+    """defaultHugePagePodLimits, defaultPodRequests, defaultPodLimits (pkg/apis/core/v1/defaults.go)."""
+    if pod.pod_requests is None and pod.pod_limits is None:
+        return pod
+    preq = Amounts.of(pod.pod_requests or EMPTY)
+    plim = Amounts.of(pod.pod_limits or EMPTY)
+    req_agg = aggregate(pod, pick_limits=False).total
+    lim_agg = aggregate(pod, pick_limits=True).total
+    containers = (*pod.init_containers, *pod.containers)
+    has_reqs = pod.pod_requests is not None and not pod.pod_requests.is_empty()
+    has_lims = pod.pod_limits is not None and not pod.pod_limits.is_empty()
+    other_req = pod.pod_requests.other if pod.pod_requests else frozenset()
+    other_lim = pod.pod_limits.other if pod.pod_limits else frozenset()
+
+    if has_reqs or has_lims:  # hugepage pod limits from the container limits
+        for size, amount in lim_agg.hugepages.items():
+            if size not in preq.hugepages and size not in plim.hugepages:
+                plim.hugepages[size] = amount
+    has_lims = has_lims or bool(plim.hugepages)
+    if has_lims:  # pod requests from container requests (overcommittable), else from pod limits
+        if preq.cpu_milli is None and req_agg.cpu_milli is not None:
+            preq.cpu_milli = req_agg.cpu_milli
+        if preq.memory is None and req_agg.memory is not None:
+            preq.memory = req_agg.memory
+        if preq.cpu_milli is None and plim.cpu_milli is not None:
+            preq.cpu_milli = plim.cpu_milli
+        if preq.memory is None and plim.memory is not None:
+            preq.memory = plim.memory
+        for size, amount in plim.hugepages.items():
+            preq.hugepages.setdefault(size, amount)
+    if not is_supported_pod_level(plim.freeze()) and is_supported_pod_level(preq.freeze()):
+        # pod limits from container limits when every container has one
+        if plim.cpu_milli is None and lim_agg.cpu_milli is not None and all(c.limits.cpu_milli for c in containers):
+            plim.cpu_milli = lim_agg.cpu_milli
+        if plim.memory is None and lim_agg.memory is not None and all(c.limits.memory for c in containers):
+            plim.memory = lim_agg.memory
+
+    def frozen(a: Amounts, other: frozenset[str], was: Resources | None) -> Resources | None:
+        res = replace(a.freeze(), other=other)
+        return None if was is None and res.is_empty() else res
+
+    return replace(
+        pod,
+        pod_requests=frozen(preq, other_req, pod.pod_requests),
+        pod_limits=frozen(plim, other_lim, pod.pod_limits),
+    )
+
+
+def parse_pod(raw: Mapping[str, Any]) -> PodView:
+    """Build one PodView; raise PodParseError naming the pod and the problem."""
+    key = pod_key(raw)
+    if not isinstance(raw, Mapping):
+        raise PodParseError(key, "a pod must be a map")
+    kind = raw.get("kind", "Pod")
+    if kind != "Pod":
+        raise PodParseError(key, f"kind {kind!r} is not a Pod")
+    meta = raw.get("metadata")
+    spec = raw.get("spec")
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        raise PodParseError(key, "a pod needs metadata and spec")
+    name = meta.get("name")
+    namespace = meta.get("namespace") or "default"
+    if not isinstance(name, str) or not name or not isinstance(namespace, str):
+        raise PodParseError(key, "metadata.name and metadata.namespace must be non-empty strings")
+    uid = meta.get("uid")
+    if uid is None:
+        raise PodParseError(key, "metadata.uid is missing: the pod's cgroup is named after its UID")
+    try:
+        uid = validate_pod_uid(uid)
+    except ModelError as err:
+        raise PodParseError(key, str(err)) from err
+
+    seen: set[str] = set()
+    raw_containers = spec.get("containers")
+    if not isinstance(raw_containers, list) or not raw_containers:
+        raise PodParseError(key, "spec.containers must list at least one container")
+    raw_init = spec.get("initContainers") or []
+    if not isinstance(raw_init, list):
+        raise PodParseError(key, "spec.initContainers must be a list")
+    init = tuple(_container(c, ContainerKind.INIT, key, seen) for c in raw_init)
+    containers = tuple(_container(c, ContainerKind.REGULAR, key, seen) for c in raw_containers)
+
+    pod_level, source = _pod_level(spec, meta, key)
+    try:
+        overhead = _resource_list(spec.get("overhead"), "spec.overhead")
+        if pod_level is not None and not isinstance(pod_level, Mapping):
+            raise quantity.QuantityError("pod-level resources must be a map")
+        preq = _resource_list(pod_level.get("requests"), "pod-level requests") if pod_level is not None else None
+        plim = _resource_list(pod_level.get("limits"), "pod-level limits") if pod_level is not None else None
+    except quantity.QuantityError as err:
+        raise PodParseError(key, str(err)) from err
+
+    status = raw.get("status") or {}
+    if not isinstance(status, Mapping):
+        status = {}
+    qos_raw = status.get("qosClass")
+    status_qos = QOSClass(qos_raw) if qos_raw in {q.value for q in QOSClass} else None
+    priority = spec.get("priority", 0)
+    generation = meta.get("generation", 0)
+    node_name = spec.get("nodeName")
+    pod = PodView(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        containers=containers,
+        init_containers=init,
+        overhead=overhead,
+        pod_requests=preq,
+        pod_limits=plim,
+        node_name=node_name if isinstance(node_name, str) else None,
+        phase=str(status.get("phase") or "Running"),
+        restart_policy=str(spec.get("restartPolicy") or "Always"),
+        priority=priority if isinstance(priority, int) else 0,
+        generation=generation if isinstance(generation, int) else 0,
+        statuses=_statuses(status.get("containerStatuses"), key),
+        init_statuses=_statuses(status.get("initContainerStatuses"), key),
+        pod_level_source=source,
+        status_qos=status_qos,
+    )
+    return _default_pod_level(pod)

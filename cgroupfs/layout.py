@@ -1,0 +1,195 @@
+"""Which kernel files hold a cgroup's values, per cgroup version, and their exact string forms (pure).
+
+`render` turns driver-agnostic `CgroupValues` into `FileSetting`s (path relative to --cgroupfs and the
+exact string the kernel file takes). `canonical` normalises both a desired string and a read-back one
+so that equal kernel states compare equal (page rounding, v1's unlimited read-back, "max").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from cgroupfs.convert import (
+    PAGE_SIZE,
+    V1_UNLIMITED_READBACK,
+    hugepage_size_from_name,
+    hugepage_size_name,
+    page_round,
+    parse_cpu_max,
+    render_cpu_max,
+    shares_to_weight_linear,
+    shares_to_weight_quadratic,
+)
+from cgroupfs.naming import cgroup_dir
+from cgroupfs.types import UNLIMITED, CgroupName, CgroupValues, CgroupVersion, Controller, DriverKind
+
+# v1 file names
+CPU_SHARES: Final = "cpu.shares"
+CPU_QUOTA: Final = "cpu.cfs_quota_us"
+CPU_PERIOD: Final = "cpu.cfs_period_us"
+MEMORY_LIMIT: Final = "memory.limit_in_bytes"
+MEMORY_MEMSW: Final = "memory.memsw.limit_in_bytes"
+MEMORY_SOFT: Final = "memory.soft_limit_in_bytes"
+MEMORY_USAGE_V1: Final = "memory.usage_in_bytes"
+# v2 file names
+CPU_WEIGHT: Final = "cpu.weight"
+CPU_MAX: Final = "cpu.max"
+MEMORY_MAX: Final = "memory.max"
+MEMORY_LOW: Final = "memory.low"
+MEMORY_CURRENT: Final = "memory.current"
+
+
+@dataclass(frozen=True, slots=True)
+class Hierarchy:
+    """Where each controller is mounted, relative to --cgroupfs.
+
+    `v1` maps a controller to its v1 mount directory ("cpu", or "cpu,cpuacct" on other machines);
+    `unified` is the cgroup2 mount directory ("" on a pure v2 host, "unified" on a hybrid one) and
+    `unified_controllers` what it offers.
+    """
+
+    v1: Mapping[str, str] = field(default_factory=dict)
+    unified: str | None = None
+    unified_controllers: frozenset[str] = frozenset()
+
+    def locate(self, controller: Controller) -> tuple[CgroupVersion, str] | None:
+        if controller.value in self.v1:
+            return CgroupVersion.V1, self.v1[controller.value]
+        if self.unified is not None and controller.value in self.unified_controllers:
+            return CgroupVersion.V2, self.unified
+        return None
+
+    @property
+    def mode(self) -> str:
+        if self.unified is not None and not self.v1:
+            return "v2"
+        if self.unified is not None and self.unified_controllers:
+            return "hybrid"
+        return "v1"
+
+
+@dataclass(frozen=True, slots=True)
+class FileSetting:
+    cgroup: CgroupName
+    controller: Controller
+    version: CgroupVersion
+    directory: str  # relative to --cgroupfs, e.g. "cpu/kubepods/burstable/pod<uid>"
+    filename: str
+    value: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.directory}/{self.filename}" if self.directory else self.filename
+
+
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    driver: DriverKind = DriverKind.CGROUPFS
+    weight_formula: str = "linear"  # "linear" (kubelet, pod and QoS cgroups) or "quadratic" (runc >= 1.3.2)
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p for p in parts if p)
+
+
+def cgroup_directory(name: CgroupName, controller: Controller, hierarchy: Hierarchy, driver: DriverKind) -> str | None:
+    loc = hierarchy.locate(controller)
+    if loc is None:
+        return None
+    return _join(loc[1], cgroup_dir(name, driver))
+
+
+def _v1_memory(value: int) -> str:
+    return str(UNLIMITED) if value == UNLIMITED else str(value)
+
+
+def _v2_memory(value: int) -> str:
+    return "max" if value == UNLIMITED else str(value)
+
+
+def render(
+    name: CgroupName, values: CgroupValues, hierarchy: Hierarchy, opts: RenderOptions
+) -> tuple[FileSetting, ...]:
+    """Every file a cgroup's values occupy. Controllers the node lacks are skipped (as the kubelet does)."""
+    out: list[FileSetting] = []
+
+    def put(controller: Controller, filename: str, value: str) -> None:
+        loc = hierarchy.locate(controller)
+        if loc is None:
+            return
+        version, mount = loc
+        out.append(FileSetting(name, controller, version, _join(mount, cgroup_dir(name, opts.driver)), filename, value))
+
+    cpu = hierarchy.locate(Controller.CPU)
+    if cpu is not None and cpu[0] is CgroupVersion.V1:
+        if values.cpu_shares is not None:
+            put(Controller.CPU, CPU_SHARES, str(values.cpu_shares))
+        if values.cpu_period is not None:
+            put(Controller.CPU, CPU_PERIOD, str(values.cpu_period))
+        if values.cpu_quota is not None:
+            put(Controller.CPU, CPU_QUOTA, str(values.cpu_quota))
+    elif cpu is not None:
+        if values.cpu_shares is not None:
+            weight = (
+                shares_to_weight_quadratic(values.cpu_shares)
+                if opts.weight_formula == "quadratic"
+                else shares_to_weight_linear(values.cpu_shares)
+            )
+            put(Controller.CPU, CPU_WEIGHT, str(weight))
+        if values.cpu_quota is not None or values.cpu_period is not None:
+            put(Controller.CPU, CPU_MAX, render_cpu_max(values.cpu_quota, values.cpu_period))
+
+    mem = hierarchy.locate(Controller.MEMORY)
+    if mem is not None and mem[0] is CgroupVersion.V1:
+        if values.memory_limit is not None:
+            put(Controller.MEMORY, MEMORY_LIMIT, _v1_memory(values.memory_limit))
+        if values.memory_reservation is not None:
+            put(Controller.MEMORY, MEMORY_SOFT, _v1_memory(values.memory_reservation))
+    elif mem is not None:
+        if values.memory_limit is not None:
+            put(Controller.MEMORY, MEMORY_MAX, _v2_memory(values.memory_limit))
+        if values.memory_reservation is not None:
+            put(Controller.MEMORY, MEMORY_LOW, str(values.memory_reservation))
+
+    huge = hierarchy.locate(Controller.HUGETLB)
+    if huge is not None:
+        suffix = "limit_in_bytes" if huge[0] is CgroupVersion.V1 else "max"
+        for size, limit in sorted(values.hugetlb.items()):
+            put(Controller.HUGETLB, f"hugetlb.{hugepage_size_name(size)}.{suffix}", str(limit))
+    return tuple(out)
+
+
+def _hugetlb_page(filename: str) -> int | None:
+    parts = filename.split(".")
+    if len(parts) >= 3 and parts[0] == "hugetlb":
+        try:
+            return hugepage_size_from_name(parts[1])
+        except ValueError:
+            return None
+    return None
+
+
+def canonical(filename: str, text: str) -> str:
+    """Normalise a file value so that kernel-equal states compare equal; raise ValueError on garbage."""
+    text = text.strip()
+    if filename == CPU_MAX:
+        quota, period = parse_cpu_max(text)
+        return render_cpu_max(quota, period)
+    if filename in (MEMORY_MAX, MEMORY_LOW) or filename.startswith("memory.") or filename.startswith("hugetlb."):
+        if text == "max":
+            return "max"
+        number = int(text)
+        if number == UNLIMITED or number >= V1_UNLIMITED_READBACK:
+            return "max"
+        page = _hugetlb_page(filename) or PAGE_SIZE
+        return str(page_round(number, page))
+    return str(int(text))
+
+
+def unlimited_is(filename: str, text: str) -> bool:
+    try:
+        return canonical(filename, text) == "max"
+    except ValueError:
+        return False
