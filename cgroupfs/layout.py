@@ -94,7 +94,9 @@ def _join(*parts: str) -> str:
     return "/".join(p for p in parts if p)
 
 
-def cgroup_directory(name: CgroupName, controller: Controller, hierarchy: Hierarchy, driver: DriverKind) -> str | None:
+def cgroup_directory(
+    name: CgroupName, controller: Controller, hierarchy: Hierarchy, driver: DriverKind
+) -> str | None:
     loc = hierarchy.locate(controller)
     if loc is None:
         return None
@@ -110,17 +112,26 @@ def _v2_memory(value: int) -> str:
 
 
 def render(
-    name: CgroupName, values: CgroupValues, hierarchy: Hierarchy, opts: RenderOptions
+    name: CgroupName,
+    values: CgroupValues,
+    hierarchy: Hierarchy,
+    opts: RenderOptions,
+    subdir: str | None = None,
 ) -> tuple[FileSetting, ...]:
-    """Every file a cgroup's values occupy. Controllers the node lacks are skipped (as the kubelet does)."""
+    """Every file a cgroup's values occupy. Controllers the node lacks are skipped (as the kubelet does).
+
+    `subdir` overrides the directory below each mount (a container's cgroup, which is not named by the
+    kubelet's rules); `name` then only labels the settings.
+    """
     out: list[FileSetting] = []
+    below = cgroup_dir(name, opts.driver) if subdir is None else subdir
 
     def put(controller: Controller, filename: str, value: str) -> None:
         loc = hierarchy.locate(controller)
         if loc is None:
             return
         version, mount = loc
-        out.append(FileSetting(name, controller, version, _join(mount, cgroup_dir(name, opts.driver)), filename, value))
+        out.append(FileSetting(name, controller, version, _join(mount, below), filename, value))
 
     cpu = hierarchy.locate(Controller.CPU)
     if cpu is not None and cpu[0] is CgroupVersion.V1:
@@ -177,7 +188,11 @@ def canonical(filename: str, text: str) -> str:
     if filename == CPU_MAX:
         quota, period = parse_cpu_max(text)
         return render_cpu_max(quota, period)
-    if filename in (MEMORY_MAX, MEMORY_LOW) or filename.startswith("memory.") or filename.startswith("hugetlb."):
+    if (
+        filename in (MEMORY_MAX, MEMORY_LOW)
+        or filename.startswith("memory.")
+        or filename.startswith("hugetlb.")
+    ):
         if text == "max":
             return "max"
         number = int(text)

@@ -83,7 +83,9 @@ def container_dir(pod_dir: str, container_id: str, driver: DriverKind, runtime: 
     docker (cri-dockerd): "<pod>/<id>" or "<pod>/docker-<id>.scope".
     """
     if driver is DriverKind.SYSTEMD:
-        prefix = {"containerd": "cri-containerd", "cri-o": "crio", "docker": "docker"}.get(runtime, "cri-containerd")
+        prefix = {"containerd": "cri-containerd", "cri-o": "crio", "docker": "docker"}.get(
+            runtime, "cri-containerd"
+        )
         leaf = f"{prefix}-{container_id}.scope"
     else:
         leaf = f"crio-{container_id}" if runtime == "cri-o" else container_id

@@ -4,4 +4,11 @@ from agent.compute.config import ComputeConfig
 from agent.compute.node import NodeComputation, compute_node
 from agent.compute.pod import PodComputation, PodComputeError, compute_pod
 
-__all__ = ["ComputeConfig", "NodeComputation", "PodComputation", "PodComputeError", "compute_node", "compute_pod"]
+__all__ = [
+    "ComputeConfig",
+    "NodeComputation",
+    "PodComputation",
+    "PodComputeError",
+    "compute_node",
+    "compute_pod",
+]

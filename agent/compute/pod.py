@@ -102,7 +102,12 @@ def validate_pod_level(pod: PodView, requests_agg: Aggregate, limits_agg: Aggreg
                 )
     lim_running = limits_agg.running.memory
     all_have_memory_limit = all(c.limits.memory for c in pod.containers)
-    if plim.memory is not None and lim_running is not None and all_have_memory_limit and plim.memory < lim_running:
+    if (
+        plim.memory is not None
+        and lim_running is not None
+        and all_have_memory_limit
+        and plim.memory < lim_running
+    ):
         warnings.append(
             f"pod-level memory limit {plim.memory} bytes is below the sum of container memory limits "
             f"{lim_running} bytes: not every container can reach its own limit"
@@ -121,7 +126,9 @@ def compute_pod(pod: PodView, cfg: ComputeConfig) -> PodComputation:
             f"status.qosClass says {pod.status_qos.value} but the spec computes to {decision.qos.value}; "
             f"using {pod.status_qos.value} as the kubelet does",
         )
-        decision = QOSDecision(pod.status_qos, f"status.qosClass is {pod.status_qos.value} (the kubelet trusts it)")
+        decision = QOSDecision(
+            pod.status_qos, f"status.qosClass is {pod.status_qos.value} (the kubelet trusts it)"
+        )
     qos = decision.qos
     reqs = pod_requests(pod)
     limits = pod_limits(pod)
@@ -142,7 +149,9 @@ def compute_pod(pod: PodView, cfg: ComputeConfig) -> PodComputation:
         reservation = reqs.memory
 
     if qos is QOSClass.GUARANTEED:
-        values = CgroupValues(shares, quota or None, period if quota else None, memory or None, reservation, hugetlb)
+        values = CgroupValues(
+            shares, quota or None, period if quota else None, memory or None, reservation, hugetlb
+        )
     elif qos is QOSClass.BURSTABLE:
         values = CgroupValues(
             cpu_shares=shares,

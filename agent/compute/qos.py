@@ -45,7 +45,8 @@ def compute_qos(pod: PodView) -> QOSDecision:
             decided = cq
         elif decided is not cq:
             return QOSDecision(
-                QOSClass.BURSTABLE, "some containers are Guaranteed and others BestEffort, so the pod is Burstable"
+                QOSClass.BURSTABLE,
+                "some containers are Guaranteed and others BestEffort, so the pod is Burstable",
             )
     if decided is None or decided is QOSClass.BEST_EFFORT:
         return QOSDecision(QOSClass.BEST_EFFORT, "no container sets a CPU or memory request or limit")

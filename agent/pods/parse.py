@@ -48,7 +48,7 @@ def pod_key(raw: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
 
 
-def _resource_list(raw: object, what: str) -> Resources:
+def resource_list(raw: object, what: str) -> Resources:
     if raw is None:
         return EMPTY
     if not isinstance(raw, Mapping):
@@ -101,7 +101,7 @@ def _resize_policy(raw: object, where: str) -> dict[str, ResizePolicy]:
         if policy == "NoRestart":
             policy = ResizePolicy.NOT_REQUIRED.value
         try:
-            out[name] = ResizePolicy(policy)
+            out[name] = ResizePolicy(str(policy))
         except ValueError as err:
             raise PodParseError(where, f"resizePolicy restartPolicy {policy!r} is unknown") from err
     return out
@@ -122,8 +122,8 @@ def _container(raw: object, kind: ContainerKind, key: str, seen: set[str]) -> Co
     if not isinstance(res, Mapping):
         raise PodParseError(key, f"container {name!r}: resources must be a map")
     try:
-        limits = _resource_list(res.get("limits"), f"container {name!r} limits")
-        requests = _merge_missing(_resource_list(res.get("requests"), f"container {name!r} requests"), limits)
+        limits = resource_list(res.get("limits"), f"container {name!r} limits")
+        requests = _merge_missing(resource_list(res.get("requests"), f"container {name!r} requests"), limits)
     except quantity.QuantityError as err:
         raise PodParseError(key, str(err)) from err
     return ContainerView(name, kind, requests, limits, _resize_policy(raw.get("resizePolicy"), key))
@@ -150,7 +150,9 @@ def _statuses(raw: object, key: str) -> tuple[ContainerStatusView, ...]:
         running = isinstance(state, Mapping) and "running" in state
         restarts = st.get("restartCount", 0)
         out.append(
-            ContainerStatusView(st["name"], cid, runtime, running, restarts if isinstance(restarts, int) else 0)
+            ContainerStatusView(
+                st["name"], cid, runtime, running, restarts if isinstance(restarts, int) else 0
+            )
         )
     return tuple(out)
 
@@ -167,7 +169,9 @@ def _pod_level(spec: Mapping[str, Any], meta: Mapping[str, Any], key: str) -> tu
     except (TypeError, ValueError) as err:
         raise PodParseError(key, f"annotation {POD_RESOURCES_ANNOTATION} is not valid JSON: {err}") from err
     if not isinstance(value, Mapping) or not set(value) <= {"requests", "limits"}:
-        raise PodParseError(key, f'annotation {POD_RESOURCES_ANNOTATION} must be {{"requests": ..., "limits": ...}}')
+        raise PodParseError(
+            key, f'annotation {POD_RESOURCES_ANNOTATION} must be {{"requests": ..., "limits": ...}}'
+        )
     return value, "annotation"
 
 
@@ -203,7 +207,11 @@ def _default_pod_level(pod: PodView) -> PodView:
             preq.hugepages.setdefault(size, amount)
     if not is_supported_pod_level(plim.freeze()) and is_supported_pod_level(preq.freeze()):
         # pod limits from container limits when every container has one
-        if plim.cpu_milli is None and lim_agg.cpu_milli is not None and all(c.limits.cpu_milli for c in containers):
+        if (
+            plim.cpu_milli is None
+            and lim_agg.cpu_milli is not None
+            and all(c.limits.cpu_milli for c in containers)
+        ):
             plim.cpu_milli = lim_agg.cpu_milli
         if plim.memory is None and lim_agg.memory is not None and all(c.limits.memory for c in containers):
             plim.memory = lim_agg.memory
@@ -255,11 +263,13 @@ def parse_pod(raw: Mapping[str, Any]) -> PodView:
 
     pod_level, source = _pod_level(spec, meta, key)
     try:
-        overhead = _resource_list(spec.get("overhead"), "spec.overhead")
+        overhead = resource_list(spec.get("overhead"), "spec.overhead")
         if pod_level is not None and not isinstance(pod_level, Mapping):
             raise quantity.QuantityError("pod-level resources must be a map")
-        preq = _resource_list(pod_level.get("requests"), "pod-level requests") if pod_level is not None else None
-        plim = _resource_list(pod_level.get("limits"), "pod-level limits") if pod_level is not None else None
+        preq = (
+            resource_list(pod_level.get("requests"), "pod-level requests") if pod_level is not None else None
+        )
+        plim = resource_list(pod_level.get("limits"), "pod-level limits") if pod_level is not None else None
     except quantity.QuantityError as err:
         raise PodParseError(key, str(err)) from err
 

@@ -30,7 +30,8 @@ def _parser() -> _Parser:
             return parse
     from kubernetes.utils import parse_quantity  # the slow but certain way
 
-    return parse_quantity  # type: ignore[no-any-return]
+    fallback: _Parser = parse_quantity
+    return fallback
 
 
 class QuantityError(ValueError):

@@ -1,0 +1,181 @@
+"""Desired kernel files for a node, and the pure diff against what was read back.
+
+The flow is split so that only the shell reads: `desired_files` (pure) says which files matter,
+the shell reads them (and the usage files a memory decrease needs), `diff` (pure) compares.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from agent.compute import NodeComputation
+from agent.compute.pod import PodComputation
+from agent.model import ContainerID, ContainerValues, PodUID, Problem
+from cgroupfs import layout
+from cgroupfs.layout import FileSetting, Hierarchy, RenderOptions
+from cgroupfs.naming import cgroup_dir, container_dir
+from cgroupfs.types import CgroupValues, CgroupVersion, Controller
+
+
+class Owner(enum.StrEnum):
+    TIER = "tier"
+    POD = "pod"
+    CONTAINER = "container"
+
+
+# CRI field names for container files (what the JSON contract reports).
+_CONTAINER_FIELDS: Mapping[str, str] = {
+    layout.CPU_SHARES: "cpu_shares",
+    layout.CPU_QUOTA: "cpu_quota",
+    layout.CPU_PERIOD: "cpu_period",
+    layout.MEMORY_LIMIT: "memory_limit_in_bytes",
+    layout.CPU_WEIGHT: "cpu_weight",
+    layout.CPU_MAX: "cpu_max",
+    layout.MEMORY_MAX: "memory_limit_in_bytes",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredFile:
+    setting: FileSetting
+    owner: Owner
+    pod: str | None = None  # "ns/name"
+    pod_uid: PodUID | None = None
+    container: str | None = None
+    container_id: ContainerID | None = None
+
+    @property
+    def field(self) -> str:
+        return _CONTAINER_FIELDS.get(self.setting.filename, self.setting.filename)
+
+
+@dataclass(frozen=True, slots=True)
+class FileDiff:
+    desired: DesiredFile
+    current: str | None  # stripped read-back; None when the file or cgroup is missing
+    differs: bool
+
+    @property
+    def setting(self) -> FileSetting:
+        return self.desired.setting
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDiff:
+    files: tuple[FileDiff, ...]  # tiers, pods and containers, in tree order
+    warnings: tuple[Problem, ...]
+    errors: tuple[Problem, ...]
+    computation: NodeComputation
+
+    @property
+    def changes(self) -> tuple[FileDiff, ...]:
+        return tuple(f for f in self.files if f.differs)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the shell read: file contents (None = missing) and which cgroup directories exist."""
+
+    files: Mapping[str, str | None]
+    dirs: Mapping[str, bool]
+
+
+def _container_values(values: ContainerValues) -> CgroupValues:
+    return CgroupValues(
+        cpu_shares=values.cpu_shares,
+        cpu_quota=values.cpu_quota,
+        cpu_period=values.cpu_period,
+        memory_limit=values.memory_limit,
+    )
+
+
+def container_files(
+    pod: PodComputation, hierarchy: Hierarchy, opts: RenderOptions, container_opts: RenderOptions
+) -> tuple[DesiredFile, ...]:
+    """Files of the running containers whose IDs the pod status gives (hugetlb is the runtime's)."""
+    out: list[DesiredFile] = []
+    pod_dir = cgroup_dir(pod.cgroup, opts.driver)
+    for cc in pod.containers:
+        status = pod.pod.status_of(cc.container.name)
+        if status is None or status.container_id is None:
+            continue
+        sub = container_dir(pod_dir, status.container_id, opts.driver, status.runtime or "containerd")
+        settings = layout.render(
+            pod.cgroup, _container_values(cc.values), hierarchy, container_opts, subdir=sub
+        )
+        out.extend(
+            DesiredFile(s, Owner.CONTAINER, pod.pod.key, pod.pod.uid, cc.container.name, status.container_id)
+            for s in settings
+        )
+    return tuple(out)
+
+
+def desired_files(
+    comp: NodeComputation,
+    hierarchy: Hierarchy,
+    opts: RenderOptions,
+    container_opts: RenderOptions | None = None,
+    include_containers: bool = True,
+) -> tuple[DesiredFile, ...]:
+    """Every file the node's desired state occupies: tiers, then each pod and its containers."""
+    out: list[DesiredFile] = []
+    for tier in comp.tiers:
+        out.extend(
+            DesiredFile(s, Owner.TIER) for s in layout.render(tier.cgroup, tier.values, hierarchy, opts)
+        )
+    for pod in comp.pods:
+        out.extend(
+            DesiredFile(s, Owner.POD, pod.pod.key, pod.pod.uid)
+            for s in layout.render(pod.cgroup, pod.values, hierarchy, opts)
+        )
+        if include_containers:
+            out.extend(container_files(pod, hierarchy, opts, container_opts or opts))
+    return tuple(out)
+
+
+def paths_to_read(files: Iterable[DesiredFile]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(file paths, directory paths) the shell must read to diff these files."""
+    paths: dict[str, None] = {}
+    dirs: dict[str, None] = {}
+    for f in files:
+        paths[f.setting.path] = None
+        dirs[f.setting.directory] = None
+    return tuple(paths), tuple(dirs)
+
+
+def _same(filename: str, current: str, desired: str) -> bool:
+    try:
+        return layout.canonical(filename, current) == layout.canonical(filename, desired)
+    except ValueError:
+        return False
+
+
+def diff(comp: NodeComputation, files: Iterable[DesiredFile], observed: Observation) -> NodeDiff:
+    """Compare desired files with the observation. A hugetlb file missing from an existing cgroup means
+    the controller is not enabled there: it is reported once as a warning, not as a difference."""
+    out: list[FileDiff] = []
+    warnings = list(comp.warnings)
+    hugetlb_missing: dict[str, None] = {}
+    for f in files:
+        s = f.setting
+        current = observed.files.get(s.path)
+        if current is not None:
+            current = current.strip()
+        if current is None and s.controller is Controller.HUGETLB and observed.dirs.get(s.directory, False):
+            hugetlb_missing[s.directory] = None
+            continue
+        differs = current is None or not _same(s.filename, current, s.value)
+        out.append(FileDiff(f, current, differs))
+    for d in hugetlb_missing:
+        warnings.append(
+            Problem(
+                None, f"hugetlb is not enabled in {d} (no hugetlb files there): its limits are left alone"
+            )
+        )
+    return NodeDiff(tuple(out), tuple(warnings), comp.errors, comp)
+
+
+def is_v2(setting: FileSetting) -> bool:
+    return setting.version is CgroupVersion.V2

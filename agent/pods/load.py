@@ -1,0 +1,132 @@
+"""Read Pod manifests: a file, a directory of files, or stdin; YAML (multi-document) or JSON; a single
+Pod, or a List/PodList as `kubectl get pods -o json` prints it. One unreadable document or bad pod is
+reported and the others still load."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from agent.model import PodView, Problem
+from agent.pods.parse import PodParseError, parse_pod, pod_key
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    pods: tuple[PodView, ...]
+    errors: tuple[Problem, ...]
+
+
+class SourceError(OSError):
+    """The pod source itself cannot be read (missing path, unreadable file)."""
+
+
+def _documents(text: str, origin: str) -> Iterator[object]:
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        try:
+            yield json.loads(text)
+            return
+        except json.JSONDecodeError:
+            pass  # YAML is a superset of JSON: let the YAML parser give the error
+    import yaml
+
+    try:
+        yield from yaml.safe_load_all(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise PodParseError(origin, f"not valid YAML or JSON{where}: {getattr(err, 'problem', err)}") from err
+
+
+def _items(doc: object, origin: str) -> Iterator[Mapping[str, Any]]:
+    if doc is None:
+        return
+    if isinstance(doc, list):
+        for d in doc:
+            yield from _items(d, origin)
+        return
+    if not isinstance(doc, Mapping):
+        raise PodParseError(origin, "a document must be a Pod or a List of Pods")
+    kind = doc.get("kind")
+    if kind in ("List", "PodList") or (kind is None and isinstance(doc.get("items"), list)):
+        items = doc.get("items") or []
+        if not isinstance(items, list):
+            raise PodParseError(origin, "items must be a list")
+        for item in items:
+            if isinstance(item, Mapping) and item.get("kind") is None and kind == "PodList":
+                item = {**item, "kind": "Pod"}
+            yield from _items(item, origin)
+        return
+    yield doc
+
+
+def parse_text(text: str, origin: str) -> Loaded:
+    pods: list[PodView] = []
+    errors: list[Problem] = []
+    try:
+        docs = list(_documents(text, origin))
+    except PodParseError as err:
+        return Loaded((), (Problem(None, f"{origin}: {err.message}"),))
+    for doc in docs:
+        try:
+            items = list(_items(doc, origin))
+        except PodParseError as err:
+            errors.append(Problem(None, f"{origin}: {err.message}"))
+            continue
+        for item in items:
+            try:
+                pods.append(parse_pod(item))
+            except PodParseError as err:
+                errors.append(Problem(err.pod, err.message))
+    return Loaded(tuple(pods), tuple(errors))
+
+
+def load_path(path: str, stdin: TextIO | None = None) -> Loaded:
+    """`-` is stdin; a directory is read file by file in name order (manifest suffixes only)."""
+    if path == "-":
+        return parse_text((stdin or sys.stdin).read(), "<stdin>")
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in MANIFEST_SUFFIXES)
+    elif p.exists():
+        files = [p]
+    else:
+        raise SourceError(f"pod source {path} does not exist")
+    pods: list[PodView] = []
+    errors: list[Problem] = []
+    for f in files:
+        try:
+            text = f.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            errors.append(Problem(None, f"{f}: cannot read: {err}"))
+            continue
+        loaded = parse_text(text, str(f))
+        pods.extend(loaded.pods)
+        errors.extend(loaded.errors)
+    return Loaded(tuple(pods), tuple(errors))
+
+
+def from_objects(objects: list[Any]) -> Loaded:
+    """Pods as the kubernetes client returns them (V1Pod) or as plain dicts."""
+    pods: list[PodView] = []
+    errors: list[Problem] = []
+    serializer = None
+    for obj in objects:
+        if not isinstance(obj, Mapping):
+            if serializer is None:
+                from kubernetes.client import ApiClient
+
+                serializer = ApiClient()
+            obj = serializer.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+        try:
+            pods.append(parse_pod({"kind": "Pod", **obj}))
+        except PodParseError as err:
+            errors.append(Problem(err.pod if err.pod else pod_key(obj), err.message))
+    return Loaded(tuple(pods), tuple(errors))

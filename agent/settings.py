@@ -1,0 +1,284 @@
+"""One frozen settings object, built from a YAML config file and then command-line flags.
+
+Names follow the kubelet's configuration where the kubelet has the same knob (`cgroupRoot`,
+`cgroupDriver`, `qosReserved`, `cpuManagerPolicy`, `cpuCFSQuota`, `cpuCFSQuotaPeriod`...). Every
+problem found is reported, one clear line each, in a single `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Final
+
+from agent.compute import ComputeConfig
+from agent.model import CPUWeightFormula, Resources
+from cgroupfs.naming import parse_cgroup_root
+from cgroupfs.types import CgroupName, DriverKind, NameError_
+
+DEFAULT_STATE_DIR: Final = Path("/var/lib/kube-cgroup-agent")
+
+
+class ConfigError(ValueError):
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    cgroupfs: Path = Path("/sys/fs/cgroup")
+    cgroup_root: str = "/"
+    cgroup_driver: DriverKind = DriverKind.CGROUPFS
+    cgroup_version: str = "auto"  # auto | 1 | 2
+    pods: str | None = None  # file, directory or "-"; None = the Kubernetes API
+    kubeconfig: str | None = None
+    node_name: str | None = None
+    cri_endpoint: str | None = None
+    allocatable: Resources | None = None
+    qos_reserved_memory_percent: int | None = None
+    cpu_manager_policy: str = "none"
+    cpu_cfs_quota: bool = True
+    cpu_cfs_quota_period_us: int = 100_000
+    cpu_weight_formula: CPUWeightFormula = CPUWeightFormula.LINEAR
+    container_cpu_weight_formula: CPUWeightFormula = CPUWeightFormula.QUADRATIC
+    hugepage_sizes: tuple[int, ...] | None = None  # None = read the node's
+    pod_memory_reservation: bool = True
+    create_qos_cgroups: bool = False
+    state_dir: Path = DEFAULT_STATE_DIR
+    resync_period_s: float = 60.0
+    metrics_bind_address: str = "127.0.0.1:9812"
+    health_bind_address: str = "127.0.0.1:9813"
+    observe_only: bool = False
+    ownership: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def cgroup_root_name(self) -> CgroupName:
+        return parse_cgroup_root(self.cgroup_root, self.cgroup_driver)
+
+    def compute_config(self, hugepage_sizes: tuple[int, ...]) -> ComputeConfig:
+        return ComputeConfig(
+            cgroup_root=self.cgroup_root_name,
+            cpu_cfs_quota=self.cpu_cfs_quota,
+            cpu_cfs_quota_period_us=self.cpu_cfs_quota_period_us,
+            hugepage_sizes=hugepage_sizes,
+            allocatable=self.allocatable,
+            qos_reserved_memory_percent=self.qos_reserved_memory_percent,
+            pod_memory_reservation=self.pod_memory_reservation,
+        )
+
+
+_DURATION_RE: Final = re.compile(r"^(\d+(?:\.\d+)?)(us|µs|ms|s|m)$")
+_DURATION_UNITS_US: Final = {"us": 1, "µs": 1, "ms": 1000, "s": 1_000_000, "m": 60_000_000}
+
+
+def parse_duration_us(text: str) -> int:
+    """A Go-style duration ("100ms", "1s", "250us") in microseconds."""
+    m = _DURATION_RE.fullmatch(text.strip())
+    if not m:
+        raise ValueError(f"{text!r} is not a duration like 100ms")
+    return int(float(m.group(1)) * _DURATION_UNITS_US[m.group(2)])
+
+
+def parse_percent(text: str) -> int:
+    m = re.fullmatch(r"(\d{1,3})%", text.strip())
+    if not m or int(m.group(1)) > 100:
+        raise ValueError(f"{text!r} is not a percentage between 0% and 100%")
+    return int(m.group(1))
+
+
+def parse_qos_reserved(value: object) -> int | None:
+    """`memory=50%` (flag) or `{memory: 50%}` (config); only memory is supported, as in the kubelet."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        pairs = dict(p.split("=", 1) for p in value.split(",") if "=" in p)
+        if not pairs and value:
+            raise ValueError(f"qosReserved {value!r} must look like memory=50%")
+        value = pairs
+    if not isinstance(value, Mapping):
+        raise ValueError("qosReserved must be a map like {memory: 50%}")
+    unknown = set(value) - {"memory"}
+    if unknown:
+        raise ValueError(f"qosReserved supports only memory, not {', '.join(sorted(unknown))}")
+    return parse_percent(str(value["memory"])) if "memory" in value else None
+
+
+def parse_allocatable(value: object) -> Resources:
+    """`cpu=8,memory=32Gi,hugepages-2Mi=1Gi` (flag) or a map (config)."""
+    from agent.pods.parse import resource_list
+
+    if isinstance(value, str):
+        value = dict(p.split("=", 1) for p in value.split(",") if p)
+    if not isinstance(value, Mapping):
+        raise ValueError("allocatable must be a map or cpu=..,memory=..")
+    return resource_list(value, "allocatable")
+
+
+def parse_hugepage_sizes(value: object) -> tuple[int, ...]:
+    from agent.pods import quantity
+
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v]
+    if not isinstance(value, list):
+        raise ValueError("hugepageSizes must be a list like [2Mi, 1Gi]")
+    return tuple(sorted(quantity.to_int(v, "hugepageSizes") for v in value))
+
+
+# config key -> (settings field, converter)
+def _bool(v: object) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    raise ValueError(f"{v!r} is not true or false")
+
+
+def _str(v: object) -> str:
+    if not isinstance(v, str | int) or isinstance(v, bool):
+        raise ValueError(f"{v!r} is not a string")
+    return str(v)
+
+
+def _formula(v: object) -> CPUWeightFormula:
+    try:
+        return CPUWeightFormula(str(v))
+    except ValueError:
+        raise ValueError(f"{v!r} is not linear or quadratic") from None
+
+
+def _driver(v: object) -> DriverKind:
+    try:
+        return DriverKind(str(v))
+    except ValueError:
+        raise ValueError(f"{v!r} is not cgroupfs or systemd") from None
+
+
+def _version(v: object) -> str:
+    if str(v) not in ("auto", "1", "2"):
+        raise ValueError(f"{v!r} is not auto, 1 or 2")
+    return str(v)
+
+
+def _policy(v: object) -> str:
+    if str(v) not in ("none", "static"):
+        raise ValueError(f"{v!r} is not none or static")
+    return str(v)
+
+
+def _period(v: object) -> int:
+    us = parse_duration_us(str(v))
+    if not 1000 <= us <= 1_000_000:
+        raise ValueError(f"{v!r} must be between 1ms and 1s")
+    return us
+
+
+def _seconds(v: object) -> float:
+    return parse_duration_us(str(v)) / 1_000_000 if isinstance(v, str) else float(v)  # type: ignore[arg-type]
+
+
+def _ownership(v: object) -> Mapping[str, str]:
+    if not isinstance(v, Mapping):
+        raise ValueError("ownership must be a map")
+    allowed_keys = {"qosReservedMemory", "podLevelLimits", "containerResizes", "qosTiers", "podCgroups"}
+    allowed_values = {"auto", "agent", "kubelet", "observe"}
+    for k, val in v.items():
+        if k not in allowed_keys:
+            raise ValueError(f"ownership key {k!r} is unknown (known: {', '.join(sorted(allowed_keys))})")
+        if val not in allowed_values:
+            raise ValueError(f"ownership {k}: {val!r} is not one of {', '.join(sorted(allowed_values))}")
+    return {str(k): str(val) for k, val in v.items()}
+
+
+_KEYS: Final[dict[str, tuple[str, Any]]] = {
+    "cgroupfs": ("cgroupfs", lambda v: Path(_str(v))),
+    "cgroupRoot": ("cgroup_root", _str),
+    "cgroupDriver": ("cgroup_driver", _driver),
+    "cgroupVersion": ("cgroup_version", _version),
+    "pods": ("pods", _str),
+    "kubeconfig": ("kubeconfig", _str),
+    "nodeName": ("node_name", _str),
+    "criEndpoint": ("cri_endpoint", _str),
+    "allocatable": ("allocatable", parse_allocatable),
+    "qosReserved": ("qos_reserved_memory_percent", parse_qos_reserved),
+    "cpuManagerPolicy": ("cpu_manager_policy", _policy),
+    "cpuCFSQuota": ("cpu_cfs_quota", _bool),
+    "cpuCFSQuotaPeriod": ("cpu_cfs_quota_period_us", _period),
+    "cpuWeightFormula": ("cpu_weight_formula", _formula),
+    "containerCpuWeightFormula": ("container_cpu_weight_formula", _formula),
+    "hugepageSizes": ("hugepage_sizes", parse_hugepage_sizes),
+    "podMemoryReservation": ("pod_memory_reservation", _bool),
+    "createQOSCgroups": ("create_qos_cgroups", _bool),
+    "stateDir": ("state_dir", lambda v: Path(_str(v))),
+    "resyncPeriod": ("resync_period_s", _seconds),
+    "metricsBindAddress": ("metrics_bind_address", _str),
+    "healthBindAddress": ("health_bind_address", _str),
+    "observeOnly": ("observe_only", _bool),
+    "ownership": ("ownership", _ownership),
+}
+_PATH_KEYS: Final = {"cgroupfs", "pods", "stateDir", "kubeconfig"}
+
+
+def from_mapping(raw: Mapping[str, Any], base: Settings | None = None, relative_to: Path | None = None) -> Settings:
+    """Apply config keys over `base`. Relative paths in a config file are relative to that file."""
+    problems: list[str] = []
+    changes: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("apiVersion", "kind"):
+            continue
+        spec = _KEYS.get(key)
+        if spec is None:
+            problems.append(f"unknown setting {key!r}")
+            continue
+        name, convert = spec
+        if value is None:
+            continue
+        if key in _PATH_KEYS and relative_to is not None and isinstance(value, str) and value not in ("-",):
+            p = Path(value)
+            value = str(p if p.is_absolute() else relative_to / p)
+        try:
+            changes[name] = convert(value)
+        except ValueError as err:
+            problems.append(f"{key}: {err}")
+    settings = replace(base or Settings(), **changes)
+    problems.extend(validate(settings))
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def validate(s: Settings) -> list[str]:
+    problems: list[str] = []
+    try:
+        s.cgroup_root_name  # noqa: B018 - validates the root
+    except NameError_ as err:
+        problems.append(f"cgroupRoot {s.cgroup_root!r}: {err}")
+    if s.resync_period_s <= 0:
+        problems.append("resyncPeriod must be positive")
+    if s.cri_endpoint is not None and not (
+        s.cri_endpoint.startswith("unix://") or s.cri_endpoint.startswith("/")
+    ):
+        problems.append(f"criEndpoint {s.cri_endpoint!r} must be unix:///path or an absolute socket path")
+    return problems
+
+
+def load_file(path: Path, base: Settings | None = None) -> Settings:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError([f"cannot read config {path}: {err.strerror}"]) from err
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError([f"config {path} is not valid YAML: {err}"]) from err
+    if not isinstance(raw, Mapping):
+        raise ConfigError([f"config {path} must be a map of settings"])
+    return from_mapping(raw, base, relative_to=path.parent)
+
+
+def field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(Settings))
