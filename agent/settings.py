@@ -221,7 +221,9 @@ _KEYS: Final[dict[str, tuple[str, Any]]] = {
 _PATH_KEYS: Final = {"cgroupfs", "pods", "stateDir", "kubeconfig"}
 
 
-def from_mapping(raw: Mapping[str, Any], base: Settings | None = None, relative_to: Path | None = None) -> Settings:
+def from_mapping(
+    raw: Mapping[str, Any], base: Settings | None = None, relative_to: Path | None = None
+) -> Settings:
     """Apply config keys over `base`. Relative paths in a config file are relative to that file."""
     problems: list[str] = []
     changes: dict[str, Any] = {}

@@ -1,0 +1,5 @@
+"""`python -m agent`."""
+
+from agent.cli import entrypoint
+
+entrypoint()

@@ -1,0 +1,215 @@
+"""`kube-cgroup-agent` command line: wiring only. Bad input ends in one clear line and exit code 2,
+never a traceback. Heavy modules (kubernetes, grpc) are imported only by the commands that need them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent import __version__
+
+if TYPE_CHECKING:
+    from agent.settings import Settings
+
+EXIT_OK = 0
+EXIT_DIFFERENCES = 1
+EXIT_ERROR = 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _common(p: argparse.ArgumentParser, pods: bool = True) -> None:
+    p.add_argument(
+        "--config", help="YAML config file (kubelet names: cgroupRoot, cgroupDriver, qosReserved...)"
+    )
+    if pods:
+        p.add_argument("--pods", help="a file or directory of Pod manifests (YAML/JSON/List), or - for stdin")
+    p.add_argument("--kubeconfig", help="kubeconfig to list the node's pods when --pods is not given")
+    p.add_argument("--node", help="this node's name (default: $NODE_NAME)")
+    p.add_argument("--cgroupfs", help="where the cgroup filesystem is mounted (default /sys/fs/cgroup)")
+    p.add_argument("--cgroup-root", help="the kubelet's --cgroup-root (default /)")
+    p.add_argument("--cgroup-driver", choices=["cgroupfs", "systemd"])
+    p.add_argument("--cgroup-version", choices=["auto", "1", "2"])
+    p.add_argument("--cri-endpoint", help="CRI socket, e.g. unix:///run/containerd/containerd.sock")
+    p.add_argument("--allocatable", help="what kubepods is sized with, e.g. cpu=8,memory=32Gi")
+    p.add_argument("--qos-reserved", help="e.g. memory=50%%")
+    p.add_argument("--hugepage-sizes", help="e.g. 2Mi,1Gi (default: the node's)")
+    p.add_argument(
+        "--cpu-weight-formula", choices=["linear", "quadratic"], help="cgroup v2 pod/QoS cpu.weight"
+    )
+    p.add_argument("--state-dir", help="checkpoint and node-local state (default /var/lib/kube-cgroup-agent)")
+
+
+_FLAG_KEYS = {
+    "pods": "pods",
+    "kubeconfig": "kubeconfig",
+    "node": "nodeName",
+    "cgroupfs": "cgroupfs",
+    "cgroup_root": "cgroupRoot",
+    "cgroup_driver": "cgroupDriver",
+    "cgroup_version": "cgroupVersion",
+    "cri_endpoint": "criEndpoint",
+    "allocatable": "allocatable",
+    "qos_reserved": "qosReserved",
+    "hugepage_sizes": "hugepageSizes",
+    "cpu_weight_formula": "cpuWeightFormula",
+    "state_dir": "stateDir",
+    "create_qos_cgroups": "createQOSCgroups",
+}
+
+
+def build_settings(args: argparse.Namespace) -> Settings:
+    from agent.settings import Settings, from_mapping, load_file
+
+    base = Settings()
+    if getattr(args, "config", None):
+        base = load_file(Path(args.config))
+    flags: dict[str, Any] = {}
+    for attr, key in _FLAG_KEYS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            flags[key] = value
+    if os.environ.get("NODE_NAME") and "nodeName" not in flags and base.node_name is None:
+        flags["nodeName"] = os.environ["NODE_NAME"]
+    return from_mapping(flags, base, relative_to=Path.cwd()) if flags else base
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kube-cgroup-agent",
+        description="Computes the kubelet's cgroup values for a node's pods and QoS tiers, shows and applies them.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("version", help="print the version")
+
+    d = sub.add_parser("diff", help="show what differs between the desired and the current cgroup values")
+    _common(d)
+    d.add_argument("--all", action="store_true", help="list every value, not only the differing ones")
+    d.add_argument("--output", "-o", choices=["table", "json"], default="table")
+
+    pl = sub.add_parser("plan", help="show the ordered steps apply would run")
+    _common(pl)
+    pl.add_argument("--output", "-o", choices=["table", "json"], default="table")
+
+    e = sub.add_parser("explain", help="show how each value of one pod was derived")
+    e.add_argument("pod", metavar="POD", help="namespace/name, name, or UID")
+    _common(e)
+
+    a = sub.add_parser("apply", help="reconcile once, then exit")
+    _common(a)
+    a.add_argument("--output", "-o", choices=["table", "json"], default="table")
+    a.add_argument("--create-qos-cgroups", action="store_const", const=True, default=None)
+
+    c = sub.add_parser("check", help="environment diagnostics")
+    _common(c, pods=False)
+    c.add_argument("--kubelet-config", default="/var/lib/kubelet/config.yaml")
+    c.add_argument("--output", "-o", choices=["table", "json"], default="table")
+
+    r = sub.add_parser("run", help="the daemon")
+    _common(r)
+    return p
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from agent import pipeline, render
+
+    result = pipeline.run(build_settings(args))
+    node = result.diff
+    print(render.diff_json(node, args.all) if args.output == "json" else render.diff_table(node, args.all))
+    if node.errors:
+        return EXIT_ERROR
+    return EXIT_DIFFERENCES if node.changes else EXIT_OK
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from agent import pipeline, render
+
+    result = pipeline.run(build_settings(args))
+    plan = result.plan()
+    errors = (*result.diff.errors, *plan.errors)
+    from agent.plan import Plan
+
+    shown = Plan(plan.steps, (*result.diff.warnings, *plan.warnings), errors)
+    print(render.plan_json(shown) if args.output == "json" else render.plan_table(shown))
+    if errors:
+        return EXIT_ERROR
+    return EXIT_DIFFERENCES if plan.steps else EXIT_OK
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from agent import pipeline, render
+
+    settings = build_settings(args)
+    result = pipeline.run(settings)
+    wanted = args.pod
+    matches = [p for p in result.diff.computation.pods if wanted in (p.pod.key, p.pod.name, p.pod.uid)]
+    if not matches:
+        errs = [e for e in result.diff.errors if e.pod and wanted in (e.pod, e.pod.split("/")[-1])]
+        if errs:
+            raise UsageError(f"pod {wanted} cannot be computed: {errs[0].message}")
+        raise UsageError(f"pod {wanted} is not among the node's pods")
+    if len(matches) > 1:
+        raise UsageError(f"{wanted} matches {len(matches)} pods; give namespace/name or the UID")
+    comp = matches[0]
+    files = [f for f in result.diff.files if f.desired.pod == comp.pod.key]
+    print(render.explain(comp, files))
+    return EXIT_OK
+
+
+def _cmd_apply(args: argparse.Namespace) -> int:
+    from agent.apply import apply_once
+
+    return apply_once(build_settings(args), args.output)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from agent.checkcmd import run_check
+
+    return run_check(build_settings(args), args.kubelet_config, args.output)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    raise UsageError("the daemon (run) is not available in this build yet; use apply for one reconcile")
+
+
+COMMANDS = {
+    "diff": _cmd_diff,
+    "plan": _cmd_plan,
+    "explain": _cmd_explain,
+    "apply": _cmd_apply,
+    "check": _cmd_check,
+    "run": _cmd_run,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "version":
+        print(f"kube-cgroup-agent {__version__}")
+        return EXIT_OK
+    from agent.errors import user_message
+
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:  # one clear line, never a traceback
+        message = user_message(err)
+        if message is None:
+            raise
+        print(f"kube-cgroup-agent: {message}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def entrypoint() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entrypoint()

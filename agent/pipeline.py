@@ -1,0 +1,123 @@
+"""The one pipeline every command runs: pods -> compute -> desired files -> read -> diff -> plan.
+
+The dry-run commands stop after `plan`; `apply` and the daemon hand the plan to the executor. This is
+the imperative shell around the pure core: it is the only place that decides where pods and cgroup
+files come from.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from cgroupfs.files import CgroupFiles
+from cgroupfs.hugepages import node_hugepage_sizes
+from cgroupfs.mounts import detect_hierarchy
+
+from agent.compute import NodeComputation, compute_node
+from agent.diff import DesiredFile, NodeDiff, Observation, desired_files, diff, paths_to_read
+from agent.model import PodView, Problem
+from agent.plan import Plan, build_plan, usage_paths
+from agent.pods.load import Loaded, SourceError, load_path
+from agent.settings import Settings
+from cgroupfs.layout import Hierarchy, RenderOptions, cgroup_directory
+from cgroupfs.types import Controller
+
+
+class PipelineError(RuntimeError):
+    """Something that stops the whole command (no pods source, no cgroup hierarchy)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    settings: Settings
+    hierarchy: Hierarchy
+    hugepage_sizes: tuple[int, ...]
+    files: CgroupFiles
+
+    @property
+    def render_options(self) -> RenderOptions:
+        return RenderOptions(self.settings.cgroup_driver, self.settings.cpu_weight_formula.value)
+
+    @property
+    def container_render_options(self) -> RenderOptions:
+        return RenderOptions(self.settings.cgroup_driver, self.settings.container_cpu_weight_formula.value)
+
+
+def owned_roots(settings: Settings, hierarchy: Hierarchy) -> tuple[str, ...]:
+    """The agent owns the kubepods subtree below the cgroup root, in every hierarchy it uses."""
+    node = settings.cgroup_root_name.child("kubepods")
+    roots = []
+    for controller in Controller:
+        d = cgroup_directory(node, controller, hierarchy, settings.cgroup_driver)
+        if d is not None:
+            roots.append(d)
+    return tuple(dict.fromkeys(roots))
+
+
+def environment(settings: Settings) -> Environment:
+    try:
+        hierarchy = detect_hierarchy(settings.cgroupfs, version=settings.cgroup_version)
+    except (OSError, ValueError) as err:
+        raise PipelineError(f"cannot find the cgroup hierarchies under {settings.cgroupfs}: {err}") from err
+    sizes = settings.hugepage_sizes
+    if sizes is None:
+        sizes = node_hugepage_sizes()
+    return Environment(
+        settings, hierarchy, sizes, CgroupFiles(settings.cgroupfs, owned_roots(settings, hierarchy))
+    )
+
+
+def load_pods(settings: Settings) -> Loaded:
+    if settings.pods is not None:
+        try:
+            return load_path(settings.pods)
+        except SourceError as err:
+            raise PipelineError(str(err)) from err
+    node = settings.node_name or os.environ.get("NODE_NAME")
+    if not node:
+        raise PipelineError(
+            "no --pods given and no --node (or NODE_NAME) to list the node's pods from the API"
+        )
+    from agent.kube.source import list_node_pods
+
+    return list_node_pods(settings.kubeconfig, node)
+
+
+def compute(
+    settings: Settings, env: Environment, pods: tuple[PodView, ...], errors: tuple[Problem, ...]
+) -> NodeComputation:
+    comp = compute_node(pods, settings.compute_config(env.hugepage_sizes))
+    if errors:
+        comp = NodeComputation(comp.pods, comp.tiers, comp.warnings, (*errors, *comp.errors))
+    return comp
+
+
+def observe(env: Environment, files: tuple[DesiredFile, ...]) -> Observation:
+    paths, dirs = paths_to_read(files)
+    return Observation(
+        files={p: env.files.read(p) for p in paths},
+        dirs={d: env.files.exists(d) for d in dirs},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    env: Environment
+    diff: NodeDiff
+    extra: dict[str, str | None]
+
+    def plan(self, include_containers: bool = True) -> Plan:
+        return build_plan(self.diff, self.extra, include_containers=include_containers)
+
+
+def run(settings: Settings, include_containers: bool = True, env: Environment | None = None) -> Result:
+    env = env or environment(settings)
+    loaded = load_pods(settings)
+    comp = compute(settings, env, loaded.pods, loaded.errors)
+    wanted = desired_files(
+        comp, env.hierarchy, env.render_options, env.container_render_options, include_containers
+    )
+    node_diff = diff(comp, wanted, observe(env, wanted))
+    extra = {p: env.files.read(p) for p in usage_paths(node_diff)}
+    return Result(env, node_diff, extra)
