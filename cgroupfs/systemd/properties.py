@@ -1,0 +1,197 @@
+"""Which systemd unit properties hold a cgroup's values, and what systemd then writes to the kernel (pure).
+
+Mirrors opencontainers/cgroups `genV1ResourcesProperties` (systemd/v1.go) and `genV2ResourcesProperties`
+(systemd/v2.go), which the kubelet's systemd cgroup manager calls for pod and QoS slices. Everything systemd
+cannot express is named by `leftover_values` / `leftover_files`, for the caller to write as files (runc's
+`fsMgr.Set` after `setUnitProperties`).
+
+Why the driver must go through properties at all: systemd re-applies a unit's properties on every
+`daemon-reload` and overwrites direct writes to the files it manages (research/qemu-cgroupv2-systemd.md).
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+from cgroupfs.convert import (
+    DEFAULT_PERIOD_US,
+    hugepage_size_name,
+    shares_to_weight_linear,
+    shares_to_weight_quadratic,
+)
+from cgroupfs.layout import MEMORY_SOFT
+from cgroupfs.types import UNLIMITED, CgroupValues, CgroupVersion
+
+UINT64_MAX: Final = 2**64 - 1
+USEC_INFINITY: Final = UINT64_MAX
+"""systemd's `USEC_INFINITY` (and `CGROUP_LIMIT_MAX`): "no limit" for a `t` property."""
+USEC_PER_SEC: Final = 1_000_000
+USEC_PER_MSEC: Final = 1_000
+QUOTA_STEP_PER_SEC_US: Final = 10_000
+"""systemd keeps `CPUQuota=` as a whole percent in drop-ins: 10 ms of CPU time per second."""
+SYSTEMD_MAX_PERIOD_US: Final = USEC_PER_SEC
+WEIGHT_FORMULAS: Final = ("linear", "quadratic")
+
+PropertyValue = int | bool | str | tuple[str, ...]
+
+
+class Property(NamedTuple):
+    """One `(sv)` entry of a `SetUnitProperties` / `StartTransientUnit` call."""
+
+    name: str
+    signature: str  # the D-Bus signature of the variant's value: "t", "b", "s", "as"
+    value: PropertyValue
+
+
+def _uint64(value: int) -> int:
+    """runc's `uint64(int64)`: -1 (unlimited) becomes `UINT64_MAX`, which systemd reads as "infinity"."""
+    if value == UNLIMITED:
+        return UINT64_MAX
+    if value < 0 or value > UINT64_MAX:
+        raise ValueError(f"{value} is not a valid limit")
+    return value
+
+
+def cpu_quota_per_sec_usec(quota_us: int, period_us: int) -> int:
+    """The `CPUQuotaPerSecUSec` runc sends for `quota_us` per `period_us`; `USEC_INFINITY` for quota <= 0.
+
+    opencontainers/cgroups systemd/common.go `addCPUQuota`, in uint64 arithmetic:
+    `cpuQuotaPerSecUSec = uint64(*quota*1000000) / period` and, if `cpuQuotaPerSecUSec%10000 != 0`,
+    `cpuQuotaPerSecUSec = ((cpuQuotaPerSecUSec / 10000) + 1) * 10000`; period 0 means `defCPUQuotaPeriod`
+    (100000). The round-up exists because systemd stores `CPUQuota=` as an integer percentage.
+    """
+    if quota_us <= 0:
+        return USEC_INFINITY
+    period = _period(period_us)
+    per_sec = quota_us * USEC_PER_SEC // period
+    if per_sec % QUOTA_STEP_PER_SEC_US:
+        per_sec = (per_sec // QUOTA_STEP_PER_SEC_US + 1) * QUOTA_STEP_PER_SEC_US
+    return per_sec
+
+
+def systemd_rounded_quota(quota_us: int, period_us: int) -> int:
+    """The CFS quota (µs per period) runc's systemd driver ends up with for `quota_us`.
+
+    opencontainers/cgroups systemd/common.go `addCPUQuota` (the variant taking `quota *int64`): after
+    rounding `CPUQuotaPerSecUSec` up to a multiple of 10000 it rewrites the quota
+    "along with the round-up in order to write the same value to cgroupfs":
+    `*quota = int64(cpuQuotaPerSecUSec) * int64(period) / 1000000` — only when it rounded; otherwise the
+    quota is kept as given. Quota <= 0 (unlimited / unset) is returned unchanged. A diff for the systemd driver
+    compares against this value, never against the unrounded quota, or it would flap forever.
+    """
+    if quota_us <= 0:
+        return quota_us
+    period = _period(period_us)
+    per_sec = quota_us * USEC_PER_SEC // period
+    if per_sec % QUOTA_STEP_PER_SEC_US == 0:
+        return quota_us
+    return cpu_quota_per_sec_usec(quota_us, period) * period // USEC_PER_SEC
+
+
+def systemd_cpu_max(quota_us: int | None, period_us: int | None) -> tuple[int, int] | None:
+    """The (quota, period) systemd itself writes to `cpu.max` / `cpu.cfs_*_us`; quota -1 = "max".
+
+    systemd src/core/cgroup.c `cgroup_apply_unified_cpu_quota` / `cgroup_apply_legacy_cpu_quota`: an infinite
+    quota always gets the default 100 ms period; otherwise the period (default 100 ms when
+    `CPUQuotaPeriodUSec` was never set) is clamped by `cgroup_cpu_adjust_period` to
+    `MIN(MAX3(period, 1ms, 1ms * USEC_PER_SEC / quota_per_sec), 1s)` and the quota written is
+    `MAX(quota_per_sec * period / USEC_PER_SEC, 1ms)`. This is what the kernel holds after every
+    `daemon-reload`; it equals `(systemd_rounded_quota(q, p), p)` for the kubelet's own values (quota >= 1 ms,
+    period 100 ms) but not at the edges (a sub-1% quota, "max" with a non-default period).
+    None when `unit_properties` sends no CPU quota property (nothing is changed).
+    """
+    quota = quota_us or 0
+    period = period_us or 0
+    if quota == 0 and period == 0:
+        return None
+    per_sec = cpu_quota_per_sec_usec(quota, period)
+    if per_sec == USEC_INFINITY:
+        return UNLIMITED, DEFAULT_PERIOD_US
+    requested = period or DEFAULT_PERIOD_US
+    adjusted = min(
+        max(requested, USEC_PER_MSEC, USEC_PER_MSEC * USEC_PER_SEC // per_sec), SYSTEMD_MAX_PERIOD_US
+    )
+    return max(per_sec * adjusted // USEC_PER_SEC, USEC_PER_MSEC), adjusted
+
+
+def _period(period_us: int) -> int:
+    if period_us < 0:
+        raise ValueError(f"invalid CFS period {period_us}")
+    return period_us or DEFAULT_PERIOD_US
+
+
+def _weight(shares: int, weight_formula: str) -> int:
+    if weight_formula == "quadratic":
+        return shares_to_weight_quadratic(shares)
+    if weight_formula == "linear":
+        return shares_to_weight_linear(shares)
+    raise ValueError(f"unknown weight formula {weight_formula!r} (expected one of {WEIGHT_FORMULAS})")
+
+
+def _quota_properties(quota_us: int | None, period_us: int | None) -> list[Property]:
+    """runc's `addCPUQuota`: the period if set, then the per-second quota if either is set.
+
+    As in runc, 0 means unset, and a period without a quota sends "infinity" (the kubelet never does that).
+    """
+    quota = quota_us or 0
+    period = period_us or 0
+    out: list[Property] = []
+    if period:
+        out.append(Property("CPUQuotaPeriodUSec", "t", _period(period)))
+    if quota or period:
+        out.append(Property("CPUQuotaPerSecUSec", "t", cpu_quota_per_sec_usec(quota, period)))
+    return out
+
+
+def unit_properties(
+    values: CgroupValues, version: CgroupVersion, weight_formula: str
+) -> tuple[Property, ...]:
+    """The unit properties that hold `values`, in runc's order; None fields are left alone.
+
+    v2 (`genV2ResourcesProperties`): MemoryMax, MemoryLow, CPUWeight, CPUQuotaPeriodUSec, CPUQuotaPerSecUSec.
+    v1 (`genV1ResourcesProperties`): MemoryLimit, CPUShares, CPUQuotaPeriodUSec, CPUQuotaPerSecUSec.
+    runc's "0 = unset" is kept for the memory limit, shares and quota/period (a 0 limit would OOM-kill
+    the slice). MemoryLow=0 is sent, as the kubelet's `Unified["memory.low"]` path does, so that a
+    reservation can be lowered to nothing. `weight_formula` is how shares become `CPUWeight` on v2:
+    "linear" (kubelet, pod and QoS cgroups) or "quadratic" (runc >= 1.3.2).
+    """
+    _weight(2, weight_formula)  # validate even when no shares are given
+    out: list[Property] = []
+    if version is CgroupVersion.V2:
+        if values.memory_limit:
+            out.append(Property("MemoryMax", "t", _uint64(values.memory_limit)))
+        if values.memory_reservation is not None:
+            out.append(Property("MemoryLow", "t", _uint64(values.memory_reservation)))
+        if values.cpu_shares:
+            weight = _weight(values.cpu_shares, weight_formula)
+            if weight:
+                out.append(Property("CPUWeight", "t", weight))
+    else:
+        if values.memory_limit:
+            out.append(Property("MemoryLimit", "t", _uint64(values.memory_limit)))
+        if values.cpu_shares:
+            out.append(Property("CPUShares", "t", _uint64(values.cpu_shares)))
+    out.extend(_quota_properties(values.cpu_quota, values.cpu_period))
+    return tuple(out)
+
+
+def leftover_values(values: CgroupValues, version: CgroupVersion) -> CgroupValues:
+    """The part of `values` no systemd property holds, to be written as files after the properties.
+
+    hugetlb: systemd (252) neither enables nor manages the controller, so its files survive daemon-reload.
+    v1 `memory.soft_limit_in_bytes`: runc's v1 driver has no property for `MemoryReservation` and leaves it
+    to `fs.MemoryGroup.Set`. Render the result with `cgroupfs.layout.render` (driver systemd) to get the
+    exact files, which also places hugetlb correctly on hybrid hosts.
+    """
+    reservation = values.memory_reservation if version is CgroupVersion.V1 else None
+    return CgroupValues(memory_reservation=reservation, hugetlb=dict(values.hugetlb))
+
+
+def leftover_files(values: CgroupValues, version: CgroupVersion) -> tuple[str, ...]:
+    """The names of the files `leftover_values` occupies on a host of one cgroup version."""
+    rest = leftover_values(values, version)
+    suffix = "limit_in_bytes" if version is CgroupVersion.V1 else "max"
+    names = [f"hugetlb.{hugepage_size_name(size)}.{suffix}" for size in sorted(rest.hugetlb)]
+    if rest.memory_reservation is not None:
+        names.append(MEMORY_SOFT)
+    return tuple(names)
