@@ -16,7 +16,7 @@ from agent.model import ContainerID, ContainerValues, PodUID, Problem
 from cgroupfs import layout
 from cgroupfs.layout import FileSetting, Hierarchy, RenderOptions
 from cgroupfs.naming import cgroup_dir, container_dir
-from cgroupfs.types import CgroupValues, CgroupVersion, Controller
+from cgroupfs.types import CgroupValues, Controller
 
 
 class Owner(enum.StrEnum):
@@ -56,6 +56,7 @@ class FileDiff:
     desired: DesiredFile
     current: str | None  # stripped read-back; None when the file or cgroup is missing
     differs: bool
+    dir_exists: bool = True
 
     @property
     def setting(self) -> FileSetting:
@@ -167,7 +168,7 @@ def diff(comp: NodeComputation, files: Iterable[DesiredFile], observed: Observat
             hugetlb_missing[s.directory] = None
             continue
         differs = current is None or not _same(s.filename, current, s.value)
-        out.append(FileDiff(f, current, differs))
+        out.append(FileDiff(f, current, differs, observed.dirs.get(s.directory, current is not None)))
     for d in hugetlb_missing:
         warnings.append(
             Problem(
@@ -177,5 +178,18 @@ def diff(comp: NodeComputation, files: Iterable[DesiredFile], observed: Observat
     return NodeDiff(tuple(out), tuple(warnings), comp.errors, comp)
 
 
-def is_v2(setting: FileSetting) -> bool:
-    return setting.version is CgroupVersion.V2
+def not_yet_created(node: NodeDiff) -> tuple[NodeDiff, tuple[str, ...]]:
+    """Drop pods whose cgroup the kubelet has not created yet, and containers whose cgroup is gone or
+    not there yet: nothing to do for them now and no error either; they are reconciled when they appear.
+    Returns the reduced diff and the keys of the waiting pods."""
+    waiting = {
+        f.desired.pod
+        for f in node.files
+        if f.desired.owner is Owner.POD and not f.dir_exists and f.desired.pod is not None
+    }
+    kept = tuple(
+        f
+        for f in node.files
+        if f.desired.pod not in waiting and (f.desired.owner is not Owner.CONTAINER or f.dir_exists)
+    )
+    return NodeDiff(kept, node.warnings, node.errors, node.computation), tuple(sorted(waiting))

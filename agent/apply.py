@@ -1,0 +1,121 @@
+"""`kube-cgroup-agent apply`: reconcile once, then exit.
+
+compute -> diff -> plan -> execute. Only differing values are written, so a converged node gets zero
+writes. When a CRI endpoint is given the runtime is checked first: if it does not answer, nothing is
+written at all.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agent import pipeline
+from agent.diff import not_yet_created
+from agent.execute import Execution, execute, file_runner
+from agent.model import Problem
+from agent.plan import Plan
+from agent.settings import Settings
+
+EXIT_OK = 0
+EXIT_ERROR = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyReport:
+    plan: Plan
+    execution: Execution
+    waiting: tuple[str, ...]
+    warnings: tuple[Problem, ...]
+    errors: tuple[Problem, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.execution.failed is None
+
+    def to_json(self) -> dict[str, Any]:
+        steps: list[dict[str, Any]] = []
+        for o in self.execution.outcomes:
+            item = o.step.to_json() | {"status": "done" if o.ok else "failed"}
+            if o.error:
+                item["error"] = o.error
+            steps.append(item)
+        done = len(self.execution.outcomes)
+        steps.extend(s.to_json() | {"status": "skipped"} for s in self.plan.steps[done:])
+        errors = [{"pod": e.pod, "message": e.message} for e in self.errors]
+        failed = self.execution.failed
+        if failed is not None:
+            pod = getattr(failed.step, "pod", None)
+            errors.append({"pod": pod, "message": failed.error or "failed"})
+        return {
+            "writes": self.execution.writes,
+            "steps": steps,
+            "waiting": list(self.waiting),
+            "warnings": [{"pod": w.pod, "message": w.message} for w in self.warnings],
+            "errors": errors,
+        }
+
+
+def ensure_tiers(env: pipeline.Environment) -> None:
+    """--create-qos-cgroups: make the tier cgroups (bare nodes without a kubelet-made tree)."""
+    from agent.compute.tiers import tier_names
+    from cgroupfs.layout import cgroup_directory
+    from cgroupfs.types import Controller
+
+    names = tier_names(env.settings.cgroup_root_name)
+    for name in names.values():
+        for controller in Controller:
+            d = cgroup_directory(name, controller, env.hierarchy, env.settings.cgroup_driver)
+            if d is not None and not env.files.exists(d):
+                env.files.mkdir(d)
+
+
+def reconcile_once(settings: Settings, env: pipeline.Environment | None = None) -> ApplyReport:
+    env = env or pipeline.environment(settings)
+    cri = None
+    if settings.cri_endpoint:
+        from agent.cri.client import CRIClient
+
+        cri = CRIClient(settings.cri_endpoint)
+        cri.version()  # a runtime that does not answer stops everything before any write
+    if settings.create_qos_cgroups:
+        ensure_tiers(env)
+    result = pipeline.run(settings, include_containers=True, env=env)
+    node, waiting = not_yet_created(result.diff)
+    from agent.plan import build_plan
+
+    plan = build_plan(node, result.extra, include_containers=cri is not None)
+    warnings = list(node.warnings) + list(plan.warnings)
+    if cri is None and any(f.differs for f in node.changes if f.desired.owner.value == "container"):
+        warnings.append(
+            Problem(None, "no --cri-endpoint: container values that differ are left to the runtime")
+        )
+    execution = execute(plan, file_runner(env.files), cri)
+    return ApplyReport(plan, execution, waiting, tuple(warnings), (*node.errors, *plan.errors))
+
+
+def render_table(report: ApplyReport) -> str:
+    lines = []
+    for o in report.execution.outcomes:
+        from agent.execute import describe
+
+        lines.append(
+            ("done    " if o.ok else "FAILED  ") + describe(o.step) + (f": {o.error}" if o.error else "")
+        )
+    if report.execution.skipped:
+        lines.append(f"skipped {report.execution.skipped} later step(s) after the failure")
+    for key in report.waiting:
+        lines.append(f"waiting {key}: its pod cgroup does not exist yet")
+    for w in report.warnings:
+        lines.append(f"warning: {w.pod + ': ' if w.pod else ''}{w.message}")
+    for e in report.errors:
+        lines.append(f"error: {e.pod + ': ' if e.pod else ''}{e.message}")
+    lines.append(f"{report.execution.writes} write(s)")
+    return "\n".join(lines)
+
+
+def apply_once(settings: Settings, output: str) -> int:
+    report = reconcile_once(settings)
+    print(json.dumps(report.to_json(), indent=2) if output == "json" else render_table(report))
+    return EXIT_OK if report.ok else EXIT_ERROR

@@ -1,0 +1,94 @@
+"""The executor: runs a plan's steps in order through injected drivers and stops at the first failure.
+
+It never reorders and never skips ahead: a step that fails ends the run, so no later step (which the
+plan ordered on the assumption that this one succeeded) can break the child-within-parent rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agent.model import ContainerID, ContainerValues
+from agent.plan import CgroupStep, ContainerStep, Plan, Step
+
+
+class FileWriter(Protocol):
+    def write(self, relpath: str, value: str) -> None: ...
+
+
+class ContainerUpdater(Protocol):
+    def update_container_resources(self, container_id: ContainerID, values: ContainerValues) -> None: ...
+
+
+class CgroupStepRunner(Protocol):
+    """How a cgroup step reaches the kernel: a plain file write, or a systemd unit property first."""
+
+    def __call__(self, step: CgroupStep) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    step: Step
+    ok: bool
+    error: str | None = None
+    error_type: str | None = None
+
+
+@dataclass(slots=True)
+class Execution:
+    outcomes: list[StepOutcome] = field(default_factory=list)
+    writes: int = 0
+    skipped: int = 0  # steps not run because an earlier one failed
+
+    @property
+    def failed(self) -> StepOutcome | None:
+        return next((o for o in self.outcomes if not o.ok), None)
+
+
+def file_runner(files: FileWriter) -> CgroupStepRunner:
+    def run(step: CgroupStep) -> int:
+        files.write(step.path, step.setting.value)
+        return 1
+
+    return run
+
+
+def execute(
+    plan: Plan | Sequence[Step],
+    cgroup: CgroupStepRunner,
+    containers: ContainerUpdater | None,
+    on_step: Callable[[StepOutcome], None] | None = None,
+) -> Execution:
+    """Run the steps in order; stop at the first failure and count what was written."""
+    steps = plan.steps if isinstance(plan, Plan) else tuple(plan)
+    result = Execution()
+    for i, step in enumerate(steps):
+        try:
+            if isinstance(step, CgroupStep):
+                result.writes += cgroup(step)
+            else:
+                if containers is None:
+                    raise RuntimeError("no CRI endpoint: cannot update containers")
+                containers.update_container_resources(step.container_id, step.values)
+                result.writes += 1
+        except Exception as err:  # every driver error is typed; report it and stop
+            outcome = StepOutcome(step, False, str(err), type(err).__name__)
+            result.outcomes.append(outcome)
+            result.skipped = len(steps) - i - 1
+            if on_step:
+                on_step(outcome)
+            return result
+        outcome = StepOutcome(step, True)
+        result.outcomes.append(outcome)
+        if on_step:
+            on_step(outcome)
+    return result
+
+
+def describe(step: Step) -> str:
+    if isinstance(step, CgroupStep):
+        return f"write {step.path} = {step.setting.value}"
+    assert isinstance(step, ContainerStep)
+    return f"update container {step.pod}/{step.container} ({step.resource})"
