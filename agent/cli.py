@@ -165,13 +165,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 def _cmd_apply(args: argparse.Namespace) -> int:
     from agent.apply import apply_once
 
-    return apply_once(build_settings(args), args.output)
+    code: int = apply_once(build_settings(args), args.output)
+    return code
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from agent.checkcmd import run_check
 
-    return run_check(build_settings(args), args.kubelet_config, args.output)
+    code: int = run_check(build_settings(args), args.kubelet_config, args.output)
+    return code
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

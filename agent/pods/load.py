@@ -124,7 +124,7 @@ def from_objects(objects: list[Any]) -> Loaded:
                 from kubernetes.client import ApiClient
 
                 serializer = ApiClient()
-            obj = serializer.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+            obj = serializer.sanitize_for_serialization(obj)
         try:
             pods.append(parse_pod({"kind": "Pod", **obj}))
         except PodParseError as err:
