@@ -91,7 +91,18 @@ def reconcile_once(settings: Settings, env: pipeline.Environment | None = None) 
         warnings.append(
             Problem(None, "no --cri-endpoint: container values that differ are left to the runtime")
         )
-    execution = execute(plan, file_runner(env.files), cri)
+    runner = file_runner(env.files)
+    if settings.cgroup_driver.value == "systemd":
+        from agent.systemd_runner import systemd_runner
+        from cgroupfs.systemd.bus import SystemdBus
+        from cgroupfs.systemd.driver import SystemdUnits
+
+        desired = {t.cgroup: t.values for t in result.diff.computation.tiers}
+        desired |= {p.cgroup: p.values for p in result.diff.computation.pods}
+        runner = systemd_runner(
+            SystemdUnits(SystemdBus()), env.files, settings.cpu_weight_formula.value, desired
+        )
+    execution = execute(plan, runner, cri)
     return ApplyReport(plan, execution, waiting, tuple(warnings), (*node.errors, *plan.errors))
 
 

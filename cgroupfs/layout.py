@@ -133,14 +133,22 @@ def render(
         version, mount = loc
         out.append(FileSetting(name, controller, version, _join(mount, below), filename, value))
 
+    quota, period = values.cpu_quota, values.cpu_period
+    if opts.driver is DriverKind.SYSTEMD and (quota or period):
+        # systemd keeps CPUQuota in whole percents: compare against what it will really write
+        from cgroupfs.systemd.properties import systemd_cpu_max
+
+        adjusted = systemd_cpu_max(quota, period)
+        if adjusted is not None:
+            quota, period = adjusted
     cpu = hierarchy.locate(Controller.CPU)
     if cpu is not None and cpu[0] is CgroupVersion.V1:
         if values.cpu_shares is not None:
             put(Controller.CPU, CPU_SHARES, str(values.cpu_shares))
-        if values.cpu_period is not None:
-            put(Controller.CPU, CPU_PERIOD, str(values.cpu_period))
-        if values.cpu_quota is not None:
-            put(Controller.CPU, CPU_QUOTA, str(values.cpu_quota))
+        if period is not None:
+            put(Controller.CPU, CPU_PERIOD, str(period))
+        if quota is not None:
+            put(Controller.CPU, CPU_QUOTA, str(quota))
     elif cpu is not None:
         if values.cpu_shares is not None:
             weight = (
@@ -149,8 +157,8 @@ def render(
                 else shares_to_weight_linear(values.cpu_shares)
             )
             put(Controller.CPU, CPU_WEIGHT, str(weight))
-        if values.cpu_quota is not None or values.cpu_period is not None:
-            put(Controller.CPU, CPU_MAX, render_cpu_max(values.cpu_quota, values.cpu_period))
+        if quota is not None or period is not None:
+            put(Controller.CPU, CPU_MAX, render_cpu_max(quota, period))
 
     mem = hierarchy.locate(Controller.MEMORY)
     if mem is not None and mem[0] is CgroupVersion.V1:
