@@ -1,0 +1,240 @@
+"""The CLI contract of DESIGN.md, run as a user would: the sample node, JSON shapes, exit codes, and bad
+input ending in one clear line (never a traceback)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "agent" / "samples" / "node"
+CONFIG = str(SAMPLE / "config.yaml")
+
+
+def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+def test_diff_json_contract_on_the_sample_node() -> None:
+    r = run_cli("diff", "--config", CONFIG, "--output", "json")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) == {"cgroups", "containers", "warnings", "errors"}
+    paths = {c["path"]: (c["current"], c["desired"]) for c in out["cgroups"]}
+    assert paths["cpu/kubepods/burstable/cpu.shares"] == ("1126", "1689")
+    assert paths["cpu/kubepods/burstable/pod9e8d7c6b-5a49-4382-b1c0-d9e8f7a6b503/cpu.cfs_quota_us"] == (
+        "-1",
+        "200000",
+    )
+    (container,) = out["containers"]
+    assert container == {
+        "pod": "shop/api",
+        "container": "app",
+        "containerID": "d1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90",
+        "field": "cpu_quota",
+        "current": "50000",
+        "desired": "100000",
+    }
+    assert out["errors"] == []
+
+
+def test_diff_all_lists_equal_values_too(tmp_path: Path) -> None:
+    r = run_cli("diff", "--config", CONFIG, "--output", "json", "--all")
+    out = json.loads(r.stdout)
+    equal = [c for c in out["cgroups"] if c["path"] == "memory/kubepods/burstable/memory.limit_in_bytes"]
+    assert equal == [
+        {
+            "path": "memory/kubepods/burstable/memory.limit_in_bytes",
+            "current": "16206790656",
+            "desired": "16206790656",
+        }
+    ]
+
+
+def test_plan_orders_parents_before_children_when_growing() -> None:
+    r = run_cli("plan", "--config", CONFIG, "--output", "json")
+    assert r.returncode == 1, r.stderr
+    steps = json.loads(r.stdout)["steps"]
+    kinds = [(s["kind"], s.get("path") or s.get("container")) for s in steps]
+    tier = kinds.index(("cgroup", "cpu/kubepods/burstable/cpu.shares"))
+    pod = kinds.index(
+        ("cgroup", "cpu/kubepods/burstable/pod9e8d7c6b-5a49-4382-b1c0-d9e8f7a6b503/cpu.cfs_quota_us")
+    )
+    container = kinds.index(("container", "app"))
+    assert tier < pod < container  # CPU grows: tier, then pod, then the container
+    memory_steps = [i for i, s in enumerate(steps) if "memory" in (s.get("path") or "")]
+    assert max(memory_steps) < tier  # the memory phase runs before the CPU phase
+    assert steps[container] == {
+        "kind": "container",
+        "pod": "shop/api",
+        "container": "app",
+        "containerID": "d1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90",
+        "resource": "cpu",
+        "from": {"cpu_quota": "50000"},
+        "to": {"cpu_quota": "100000"},
+    }
+
+
+def test_explain_shows_each_derivation() -> None:
+    r = run_cli("explain", "shop/api", "--config", CONFIG)
+    assert r.returncode == 0, r.stderr
+    assert "QoS class: Burstable" in r.stdout
+    assert "while init container migrate runs: cpu 1050m" in r.stdout
+    assert "cpu.shares = MilliCPUToShares(1150m)" in r.stdout
+    assert "= 130000 µs" in r.stdout
+
+
+def test_explain_unknown_pod_is_one_clear_line() -> None:
+    r = run_cli("explain", "nope/missing", "--config", CONFIG)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "kube-cgroup-agent: pod nope/missing is not among the node's pods"
+    assert "Traceback" not in r.stderr
+
+
+def _tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "cgroupfs"
+    shutil.copytree(SAMPLE / "cgroupfs", tree)
+    return tree
+
+
+def test_a_bad_pod_is_reported_and_the_others_still_computed(tmp_path: Path) -> None:
+    pods = (SAMPLE / "pods.yaml").read_text()
+    bad = """
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: bad, namespace: shop, uid: 11111111-2222-3333-4444-555555555555}
+  spec:
+    resources: {limits: {memory: 100Mi}}
+    containers:
+    - name: a
+      resources: {requests: {memory: 200Mi}}
+"""
+    (tmp_path / "pods.yaml").write_text(pods.rstrip() + "\n" + bad)
+    r = run_cli("diff", "--config", CONFIG, "--pods", str(tmp_path / "pods.yaml"), "--output", "json")
+    assert r.returncode == 2
+    out = json.loads(r.stdout)
+    assert out["errors"] == [
+        {
+            "pod": "shop/bad",
+            "message": "pod-level memory limit 104857600 bytes is below the sum of container requests 209715200 bytes",
+        }
+    ]
+    assert any(c["path"] == "cpu/kubepods/burstable/cpu.shares" for c in out["cgroups"])
+
+
+def test_pods_from_stdin_as_kubectl_json(tmp_path: Path) -> None:
+    pod = {
+        "kind": "PodList",
+        "items": [
+            {
+                "metadata": {"name": "p", "namespace": "x", "uid": "12345678-aaaa-bbbb-cccc-123456789012"},
+                "spec": {
+                    "containers": [{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]
+                },
+            }
+        ],
+    }
+    r = run_cli("diff", "--config", CONFIG, "--pods", "-", "-o", "json", stdin=json.dumps(pod))
+    out = json.loads(r.stdout)
+    paths = {c["path"] for c in out["cgroups"]}
+    assert "cpu/kubepods/pod12345678-aaaa-bbbb-cccc-123456789012/cpu.cfs_quota_us" in paths
+    # the pod's cgroup does not exist in the sample tree: current is null
+    assert all(c["current"] is None for c in out["cgroups"] if "pod12345678" in c["path"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["diff", "--pods", "/nonexistent/pods.yaml", "--cgroupfs", "{tree}"],
+            "pod source /nonexistent/pods.yaml does not exist",
+        ),
+        (
+            ["diff", "--config", "/nonexistent.yaml"],
+            "invalid configuration: cannot read config /nonexistent.yaml: No such file or directory",
+        ),
+        (
+            ["diff", "--config", CONFIG, "--qos-reserved", "memory=150%"],
+            "invalid configuration: qosReserved: '150%' is not a percentage between 0% and 100%",
+        ),
+        (
+            ["diff", "--config", CONFIG, "--allocatable", "cpu=lots"],
+            "invalid configuration: allocatable: allocatable.cpu: 'lots' is not a valid quantity",
+        ),
+        (
+            ["diff", "--config", CONFIG, "--cgroup-root", "/a/../b"],
+            "invalid configuration: cgroupRoot '/a/../b': invalid cgroup name component '..' in ('a', '..', 'b')",
+        ),
+    ],
+    ids=["missing-pods", "missing-config", "bad-percent", "bad-quantity", "hostile-root"],
+)
+def test_bad_input_is_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
+    tree = _tree(tmp_path)
+    r = run_cli(*[a.replace("{tree}", str(tree)) for a in args])
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"kube-cgroup-agent: {message}"
+    assert r.stdout == ""
+
+
+def test_bad_manifest_is_reported_under_errors(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(
+        "kind: Pod\nmetadata: {name: x, uid: ../../etc}\nspec: {containers: [{name: a}]}\n"
+    )
+    r = run_cli("diff", "--config", CONFIG, "--pods", str(tmp_path / "p.yaml"), "-o", "json")
+    assert r.returncode == 2
+    (err,) = json.loads(r.stdout)["errors"]
+    assert err["pod"] == "default/x"
+    assert "invalid pod UID '../../etc'" in err["message"]
+
+
+def test_converged_tree_diffs_clean(tmp_path: Path) -> None:
+    """After writing every desired value into a copy of the tree, diff exits 0."""
+    tree = _tree(tmp_path)
+    r = run_cli("diff", "--config", CONFIG, "--cgroupfs", str(tree), "-o", "json")
+    out = json.loads(r.stdout)
+    for item in out["cgroups"]:
+        (tree / item["path"]).write_text(item["desired"] + "\n")
+    for c in out["containers"]:
+        path = next(tree.rglob(f"{c['containerID']}/cpu.cfs_quota_us"))
+        path.write_text(c["desired"] + "\n")
+    again = run_cli("diff", "--config", CONFIG, "--cgroupfs", str(tree))
+    assert again.returncode == 0, again.stdout
+    assert "no differences" in again.stdout
+
+
+def test_version() -> None:
+    assert main(["version"]) == 0
+
+
+def test_importing_the_cli_does_not_import_kubernetes_or_grpc() -> None:
+    code = (
+        "import sys, agent.cli, agent.pipeline, agent.render, agent.plan;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'grpc', 'google')];"
+        "print(bad)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]"
+
+
+def test_a_diff_from_manifests_does_not_import_kubernetes_or_grpc() -> None:
+    code = (
+        "import sys; from agent.cli import main; rc = main(['diff', '--config', %r, '-o', 'json']);"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'grpc')];"
+        "print('BAD', bad, file=sys.stderr)"
+    ) % CONFIG
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert "BAD []" in r.stderr
