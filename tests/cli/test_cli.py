@@ -232,9 +232,9 @@ def test_importing_the_cli_does_not_import_kubernetes_or_grpc() -> None:
 
 def test_a_diff_from_manifests_does_not_import_kubernetes_or_grpc() -> None:
     code = (
-        "import sys; from agent.cli import main; rc = main(['diff', '--config', %r, '-o', 'json']);"
+        f"import sys; from agent.cli import main; rc = main(['diff', '--config', {CONFIG!r}, '-o', 'json']);"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'grpc')];"
         "print('BAD', bad, file=sys.stderr)"
-    ) % CONFIG
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT)
     assert "BAD []" in r.stderr
