@@ -325,7 +325,8 @@ class SystemdBus:
             if remaining <= 0:
                 raise SystemdError(f"timed out waiting for job {job_path}", unit=unit)
             try:
-                conn.recv_until_filtered(queue, timeout=remaining)
+                # recv_until_filtered pops the matching message it returns: put it back for the loop above
+                queue.appendleft(conn.recv_until_filtered(queue, timeout=remaining))
             except TimeoutError:
                 continue
             except OSError:

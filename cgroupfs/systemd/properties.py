@@ -52,40 +52,55 @@ def _uint64(value: int) -> int:
     return value
 
 
-def cpu_quota_per_sec_usec(quota_us: int, period_us: int) -> int:
-    """The `CPUQuotaPerSecUSec` runc sends for `quota_us` per `period_us`; `USEC_INFINITY` for quota <= 0.
+MAX_CFS_QUOTA_US: Final = (1 << 44) - 1
+"""The kernel's largest CFS quota (`max_cfs_runtime`, MAX_BW = 2^44 - 1 µs); runc's `maxCPUQuota`."""
 
-    opencontainers/cgroups systemd/common.go `addCPUQuota`, in uint64 arithmetic:
+
+def _runc_quota(quota_us: int, period_us: int) -> tuple[int, int]:
+    """runc's `addCPUQuota` on (quota, period): the `CPUQuotaPerSecUSec` it sends and the quota it keeps.
+
+    opencontainers/cgroups systemd/common.go, in uint64 arithmetic:
     `cpuQuotaPerSecUSec = uint64(*quota*1000000) / period` and, if `cpuQuotaPerSecUSec%10000 != 0`,
-    `cpuQuotaPerSecUSec = ((cpuQuotaPerSecUSec / 10000) + 1) * 10000`; period 0 means `defCPUQuotaPeriod`
-    (100000). The round-up exists because systemd stores `CPUQuota=` as an integer percentage.
+    `cpuQuotaPerSecUSec = ((cpuQuotaPerSecUSec / 10000) + 1) * 10000` and
+    `*quota = int64(cpuQuotaPerSecUSec) * int64(period) / 1000000` ("Update the requested quota along with
+    the round-up in order to write the same value to cgroupfs"); otherwise the quota is kept as given.
+    Period 0 is `defCPUQuotaPeriod` (100000). The newest upstream also turns a quota above the kernel's
+    maximum, before or after rounding, into "unlimited" (systemd/systemd_test.go `TestAddCPUQuota`:
+    "Max quota, round up above max", "Quota too large", "Max int64 quota" expect `math.MaxUint64` and -1).
     """
     if quota_us <= 0:
-        return USEC_INFINITY
-    period = _period(period_us)
-    per_sec = quota_us * USEC_PER_SEC // period
-    if per_sec % QUOTA_STEP_PER_SEC_US:
-        per_sec = (per_sec // QUOTA_STEP_PER_SEC_US + 1) * QUOTA_STEP_PER_SEC_US
-    return per_sec
-
-
-def systemd_rounded_quota(quota_us: int, period_us: int) -> int:
-    """The CFS quota (µs per period) runc's systemd driver ends up with for `quota_us`.
-
-    opencontainers/cgroups systemd/common.go `addCPUQuota` (the variant taking `quota *int64`): after
-    rounding `CPUQuotaPerSecUSec` up to a multiple of 10000 it rewrites the quota
-    "along with the round-up in order to write the same value to cgroupfs":
-    `*quota = int64(cpuQuotaPerSecUSec) * int64(period) / 1000000` — only when it rounded; otherwise the
-    quota is kept as given. Quota <= 0 (unlimited / unset) is returned unchanged. A diff for the systemd driver
-    compares against this value, never against the unrounded quota, or it would flap forever.
-    """
-    if quota_us <= 0:
-        return quota_us
+        return USEC_INFINITY, quota_us
+    if quota_us > MAX_CFS_QUOTA_US:
+        return USEC_INFINITY, UNLIMITED
     period = _period(period_us)
     per_sec = quota_us * USEC_PER_SEC // period
     if per_sec % QUOTA_STEP_PER_SEC_US == 0:
-        return quota_us
-    return cpu_quota_per_sec_usec(quota_us, period) * period // USEC_PER_SEC
+        return per_sec, quota_us
+    per_sec = (per_sec // QUOTA_STEP_PER_SEC_US + 1) * QUOTA_STEP_PER_SEC_US
+    quota = per_sec * period // USEC_PER_SEC
+    if quota > MAX_CFS_QUOTA_US:
+        return USEC_INFINITY, UNLIMITED
+    return per_sec, quota
+
+
+def cpu_quota_per_sec_usec(quota_us: int, period_us: int) -> int:
+    """The `CPUQuotaPerSecUSec` runc sends: quota per CPU second, rounded UP to a multiple of 10 ms.
+
+    The round-up exists because systemd stores `CPUQuota=` as a whole percentage in its drop-ins; an
+    unrounded value would be truncated on the next daemon-reload. `USEC_INFINITY` for quota <= 0.
+    """
+    return _runc_quota(quota_us, period_us)[0]
+
+
+def systemd_rounded_quota(quota_us: int, period_us: int) -> int:
+    """The CFS quota (µs per period) runc's systemd driver ends up with for `quota_us` (see `_runc_quota`).
+
+    e.g. 123456 per 100 ms -> 1240000 µs/s -> 124000; 500000 per 900 ms -> 560000 µs/s -> 504000; a quota
+    that is already a whole percent is kept. Quota <= 0 (unlimited / unset) is returned unchanged, and one
+    above the kernel's maximum becomes -1. A diff for the systemd driver compares against this value, never
+    against the unrounded quota, or it would find a difference on every pass and never converge.
+    """
+    return _runc_quota(quota_us, period_us)[1]
 
 
 def systemd_cpu_max(quota_us: int | None, period_us: int | None) -> tuple[int, int] | None:
@@ -188,10 +203,9 @@ def leftover_values(values: CgroupValues, version: CgroupVersion) -> CgroupValue
 
 
 def leftover_files(values: CgroupValues, version: CgroupVersion) -> tuple[str, ...]:
-    """The names of the files `leftover_values` occupies on a host of one cgroup version."""
+    """The names of the files `leftover_values` occupies on a host of one cgroup version, in render order."""
     rest = leftover_values(values, version)
     suffix = "limit_in_bytes" if version is CgroupVersion.V1 else "max"
-    names = [f"hugetlb.{hugepage_size_name(size)}.{suffix}" for size in sorted(rest.hugetlb)]
-    if rest.memory_reservation is not None:
-        names.append(MEMORY_SOFT)
+    names = [MEMORY_SOFT] if rest.memory_reservation is not None else []
+    names += [f"hugetlb.{hugepage_size_name(size)}.{suffix}" for size in sorted(rest.hugetlb)]
     return tuple(names)
