@@ -4,7 +4,7 @@ What it does, after runc's systemd/dbus.go and systemd/common.go: one lazily ope
 fails because the connection broke (systemd or dbus-daemon restarted) reconnects and retries; connection
 refusals and transient bus errors are retried with bounded exponential backoff and jitter; systemd's errors
 come back typed (`NoSuchUnit` separately, so a pod slice that does not exist yet is "not yet", not a failure).
-Not thread-safe by design beyond one internal lock: one client per driver.
+Calls are serialised by an internal lock; blocking I/O is fine for a node agent applying a handful of slices.
 """
 
 from __future__ import annotations
@@ -19,7 +19,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from jeepney import DBusAddress, HeaderFields, MatchRule, Message, MessageType, new_method_call
+from jeepney import (
+    DBusAddress,
+    DBusErrorResponse,
+    HeaderFields,
+    MatchRule,
+    Message,
+    MessageType,
+    new_method_call,
+)
 from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import DBusConnection, Proxy, open_dbus_connection
 
@@ -218,8 +226,18 @@ class SystemdBus:
                 self._sleep(self._backoff.delay(attempt - 1))
             try:
                 conn = self._connection()
+            except OSError as exc:  # no socket yet, refused, EAGAIN, auth timeout: try again later
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            except (
+                ValueError,
+                RuntimeError,
+                DBusErrorResponse,
+            ) as exc:  # bad address, auth, AddMatch refused
+                raise BusUnavailable(f"cannot use the bus at {self.address}: {exc}", unit=unit) from exc
+            try:
                 reply = conn.send_and_get_reply(make(), timeout=self._call_timeout)
-            except OSError as exc:  # refused, reset, broken pipe, timeout: reconnect and retry
+            except OSError as exc:  # reset, broken pipe, reply timeout: reconnect and retry
                 last = f"{type(exc).__name__}: {exc}"
                 self._reset()
                 continue

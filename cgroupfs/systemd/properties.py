@@ -138,9 +138,7 @@ def _period(period_us: int) -> int:
 def _weight(shares: int, weight_formula: str) -> int:
     if weight_formula == "quadratic":
         return shares_to_weight_quadratic(shares)
-    if weight_formula == "linear":
-        return shares_to_weight_linear(shares)
-    raise ValueError(f"unknown weight formula {weight_formula!r} (expected one of {WEIGHT_FORMULAS})")
+    return shares_to_weight_linear(shares)
 
 
 def _quota_properties(quota_us: int | None, period_us: int | None) -> list[Property]:
@@ -170,7 +168,8 @@ def unit_properties(
     reservation can be lowered to nothing. `weight_formula` is how shares become `CPUWeight` on v2:
     "linear" (kubelet, pod and QoS cgroups) or "quadratic" (runc >= 1.3.2).
     """
-    _weight(2, weight_formula)  # validate even when no shares are given
+    if weight_formula not in WEIGHT_FORMULAS:
+        raise ValueError(f"unknown weight formula {weight_formula!r} (expected one of {WEIGHT_FORMULAS})")
     out: list[Property] = []
     if version is CgroupVersion.V2:
         if values.memory_limit:

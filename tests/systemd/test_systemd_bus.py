@@ -172,6 +172,14 @@ def test_no_bus_is_bus_unavailable(tmp_path: Path) -> None:
     assert len(sleeps) == 2
 
 
+def test_unusable_address_fails_at_once() -> None:
+    sleeps: list[float] = []
+    bus = SystemdBus("tcp:host=localhost,port=1", sleep=sleeps.append)
+    with pytest.raises(BusUnavailable, match="tcp:host=localhost"):
+        bus.set_unit_properties(POD, PROPS)
+    assert sleeps == []
+
+
 def test_get_unit_property_and_version(client: SystemdBus, fake_systemd: FakeSystemd) -> None:
     client.start_transient_slice(POD, PROPS)
     assert client.get_unit_property(POD, "org.freedesktop.systemd1.Slice", "MemoryMax") == ("t", 536870912)
