@@ -19,7 +19,6 @@ from cgroupfs.convert import (
     shares_to_weight_linear,
     shares_to_weight_quadratic,
 )
-from cgroupfs.layout import MEMORY_SOFT
 from cgroupfs.types import UNLIMITED, CgroupValues, CgroupVersion
 
 UINT64_MAX: Final = 2**64 - 1
@@ -31,6 +30,8 @@ QUOTA_STEP_PER_SEC_US: Final = 10_000
 """systemd keeps `CPUQuota=` as a whole percent in drop-ins: 10 ms of CPU time per second."""
 SYSTEMD_MAX_PERIOD_US: Final = USEC_PER_SEC
 WEIGHT_FORMULAS: Final = ("linear", "quadratic")
+V1_SOFT_LIMIT: Final = "memory.soft_limit_in_bytes"
+"""layout.MEMORY_SOFT, repeated so that layout may import this module (a test pins the two together)."""
 
 PropertyValue = int | bool | str | tuple[str, ...]
 
@@ -205,6 +206,6 @@ def leftover_files(values: CgroupValues, version: CgroupVersion) -> tuple[str, .
     """The names of the files `leftover_values` occupies on a host of one cgroup version, in render order."""
     rest = leftover_values(values, version)
     suffix = "limit_in_bytes" if version is CgroupVersion.V1 else "max"
-    names = [MEMORY_SOFT] if rest.memory_reservation is not None else []
+    names = [V1_SOFT_LIMIT] if rest.memory_reservation is not None else []
     names += [f"hugetlb.{hugepage_size_name(size)}.{suffix}" for size in sorted(rest.hugetlb)]
     return tuple(names)

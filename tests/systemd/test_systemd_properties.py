@@ -235,3 +235,10 @@ def test_leftover_values_render_to_the_leftover_files(
     )
     assert tuple(s.filename for s in settings) == expected
     assert all("kubepods-burstable-pod1.slice" in s.directory for s in settings)
+
+
+def test_soft_limit_name_matches_layout() -> None:
+    from cgroupfs.layout import MEMORY_SOFT
+    from cgroupfs.systemd.properties import V1_SOFT_LIMIT
+
+    assert V1_SOFT_LIMIT == MEMORY_SOFT
