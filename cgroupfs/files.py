@@ -1,0 +1,397 @@
+"""The one module that opens cgroup files: path confinement, no symlinks, errno -> typed errors.
+
+Why one choke point: every write the agent makes lands in a kernel file that can throttle or kill
+workloads, so where it may write is decided here and only here. A path is a "/"-joined string relative
+to --cgroupfs, built of validated components, and must lie beneath one of the agent's owned roots
+("cpu/kubepods", "unified/kubepods"); anything else is refused before any system call. The walk opens
+one component at a time relative to its parent with O_NOFOLLOW, so a symlink planted inside the tree
+cannot lead a write outside it, and writes never create files (a file the kernel does not offer is an
+error, which also keeps fake trees honest).
+
+Errors are classified by what the caller should do (aesthetics principles 8-9): CgroupNotFound is the
+benign "not there yet / already gone"; QuotaRefused, MemoryBelowUsage and MemswOrderRefused are kernel
+refusals that another order or a later retry may fix; CgroupPermissionError and CgroupPathRefused are
+permanent. Each names the path, the value and the reason on one line.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final
+
+from cgroupfs.layout import (
+    CPU_MAX,
+    CPU_PERIOD,
+    CPU_QUOTA,
+    MEMORY_CURRENT,
+    MEMORY_LIMIT,
+    MEMORY_MAX,
+    MEMORY_MEMSW,
+    MEMORY_USAGE_V1,
+)
+
+MAX_COMPONENT_BYTES: Final = 255  # NAME_MAX
+MAX_PATH_BYTES: Final = 4095  # PATH_MAX - 1
+MEMORY_MEMSW_USAGE: Final = "memory.memsw.usage_in_bytes"
+
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_WRITE_FLAGS: Final = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC  # never O_CREAT
+
+_QUOTA_FILES: Final = frozenset({CPU_QUOTA, CPU_PERIOD, CPU_MAX})
+_USAGE_OF: Final = {MEMORY_LIMIT: MEMORY_USAGE_V1, MEMORY_MEMSW: MEMORY_MEMSW_USAGE, MEMORY_MAX: MEMORY_CURRENT}
+_PERMISSION: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+class CgroupError(Exception):
+    """A cgroup file operation failed. `path` is relative to --cgroupfs; `value` is what was written
+    (None for other operations); `errno` is the kernel's answer when there was one."""
+
+    def __init__(
+        self, op: str, path: str, reason: str, value: str | None = None, errno_: int | None = None
+    ) -> None:
+        self.op = op
+        self.path = path
+        self.reason = reason
+        self.value = value
+        self.errno = errno_
+        super().__init__(op, path, reason, value, errno_)
+
+    def __str__(self) -> str:
+        shown = self.path if self.path.isprintable() and self.path else repr(self.path)
+        what = f"{self.op} {shown}" if self.value is None else f"{self.op} {self.value!r} to {shown}"
+        return f"{what}: {self.reason}"
+
+
+class CgroupPathRefused(CgroupError):
+    """The path is malformed, outside the owned roots, or runs through a symlink: a bug or an attack."""
+
+
+class CgroupNotFound(CgroupError):
+    """The cgroup or file does not exist (yet, or any more): benign, retry on the next pass."""
+
+
+class CgroupPermissionError(CgroupError):
+    """EACCES, EPERM or EROFS: the agent lacks the rights, or the cgroup filesystem is read-only."""
+
+
+class CgroupWriteError(CgroupError):
+    """The kernel refused a write or a directory operation for another reason."""
+
+
+class QuotaRefused(CgroupWriteError):
+    """EINVAL on a CFS quota or period: the hierarchy's quota/period ratios would be violated."""
+
+
+class MemoryBelowUsage(CgroupWriteError):
+    """EBUSY on a memory limit: the new limit is below usage the kernel could not reclaim."""
+
+    def __init__(self, op: str, path: str, reason: str, value: str | None, usage: int | None) -> None:
+        super().__init__(op, path, reason, value, errno.EBUSY)
+        self.usage = usage
+
+
+class MemswOrderRefused(CgroupWriteError):
+    """EINVAL on a v1 memory or memory+swap limit: memory must stay <= memory+swap."""
+
+
+def split_relpath(relpath: str, op: str = "use") -> tuple[str, ...]:
+    """The components of a path relative to --cgroupfs ("" is the top), each checked to be a plain name.
+
+    Refused: absolute paths, empty, "." and ".." components, NUL and newline, names the kernel could
+    not hold (over 255 bytes, or not encodable).
+    """
+    if not isinstance(relpath, str):
+        raise CgroupPathRefused(op, repr(relpath), "path is not a string")
+    if relpath == "":
+        return ()
+    if relpath.startswith("/"):
+        raise CgroupPathRefused(op, relpath, "absolute path; paths are relative to --cgroupfs")
+    if "\0" in relpath or "\n" in relpath:
+        raise CgroupPathRefused(op, relpath, "path holds a NUL or newline")
+    try:
+        size = len(os.fsencode(relpath))
+    except UnicodeError:
+        raise CgroupPathRefused(op, relpath, "path is not encodable as a file name") from None
+    if size > MAX_PATH_BYTES:
+        raise CgroupPathRefused(op, relpath, f"path longer than {MAX_PATH_BYTES} bytes")
+    parts = tuple(relpath.split("/"))
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise CgroupPathRefused(op, relpath, f"path component {part!r} is not a plain name")
+        if len(os.fsencode(part)) > MAX_COMPONENT_BYTES:
+            raise CgroupPathRefused(op, relpath, f"path component longer than {MAX_COMPONENT_BYTES} bytes")
+    return parts
+
+
+def _errno_name(code: int | None) -> str:
+    return errno.errorcode.get(code or 0, f"errno {code}")
+
+
+def _oserror(op: str, relpath: str, err: OSError, value: str | None = None) -> CgroupError:
+    """The classification shared by every operation; writes refine it in `CgroupFiles._write_error`."""
+    code = err.errno
+    detail = f"{_errno_name(code)}: {err.strerror or err}"
+    if code == errno.ENOENT:
+        return CgroupNotFound(op, relpath, f"does not exist ({detail})", value, code)
+    if code in _PERMISSION:
+        return CgroupPermissionError(
+            op, relpath, f"not permitted ({detail}); the agent needs root and a read-write cgroup mount", value, code
+        )
+    if code == errno.ELOOP:
+        return CgroupPathRefused(op, relpath, f"is a symlink, which is never followed ({detail})", value, code)
+    if op == "read":
+        return CgroupError(op, relpath, detail, value, code)
+    return CgroupWriteError(op, relpath, detail, value, code)
+
+
+class _Walker:
+    """Opens directories one component at a time below --cgroupfs, never following a symlink."""
+
+    def __init__(self, cgroupfs: Path) -> None:
+        self.cgroupfs = Path(cgroupfs)
+
+    def _open_dir(self, op: str, relpath: str, parts: tuple[str, ...], value: str | None = None) -> int:
+        """An fd of the directory `parts`; raises a CgroupError naming the component that failed."""
+        try:
+            fd = os.open(self.cgroupfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as err:
+            raise _oserror(op, relpath, err, value) from err
+        for i, part in enumerate(parts):
+            try:
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as err:
+                where = "/".join(parts[: i + 1])
+                if err.errno == errno.ENOTDIR:
+                    symlink = _is_symlink(fd, part)
+                    os.close(fd)
+                    if symlink:
+                        raise CgroupPathRefused(
+                            op, relpath, f"{where} is a symlink, which is never followed", value, err.errno
+                        ) from err
+                    raise CgroupNotFound(
+                        op, relpath, f"{where} is a file, not a cgroup directory", value, err.errno
+                    ) from err
+                os.close(fd)
+                if err.errno == errno.ENOENT:
+                    raise CgroupNotFound(
+                        op, relpath, f"cgroup {where} does not exist", value, err.errno
+                    ) from err
+                raise _oserror(op, relpath, err, value) from err
+            os.close(fd)
+            fd = nfd
+        return fd
+
+    def _read(self, relpath: str, parts: tuple[str, ...]) -> str | None:
+        if not parts:
+            raise CgroupPathRefused("read", relpath, "the top of the tree is not a file")
+        try:
+            dfd = self._open_dir("read", relpath, parts[:-1])
+        except CgroupNotFound:
+            return None
+        try:
+            fd = os.open(parts[-1], _READ_FLAGS, dir_fd=dfd)
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                return None
+            raise _oserror("read", relpath, err) from err
+        finally:
+            os.close(dfd)
+        chunks: list[bytes] = []
+        try:
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+        except OSError as err:
+            if err.errno == errno.ENODEV:  # the cgroup was removed while we read
+                return None
+            raise _oserror("read", relpath, err) from err
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", errors="replace")
+
+    def _exists(self, relpath: str, parts: tuple[str, ...]) -> bool:
+        try:
+            fd = self._open_dir("exists", relpath, parts)
+        except CgroupNotFound:
+            return False
+        os.close(fd)
+        return True
+
+    def _children(self, relpath: str, parts: tuple[str, ...]) -> tuple[str, ...]:
+        fd = self._open_dir("list", relpath, parts)
+        try:
+            with os.scandir(fd) as it:
+                return tuple(sorted(e.name for e in it if e.is_dir(follow_symlinks=False)))
+        except OSError as err:
+            raise _oserror("list", relpath, err) from err
+        finally:
+            os.close(fd)
+
+
+def _is_symlink(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+class TreeReader(_Walker):
+    """Read-only access anywhere below --cgroupfs (mode detection, `check`); it cannot write."""
+
+    def read(self, relpath: str) -> str | None:
+        """The file's text, None when the file or its cgroup does not exist."""
+        return self._read(relpath, split_relpath(relpath, "read"))
+
+    def exists(self, reldir: str) -> bool:
+        return self._exists(reldir, split_relpath(reldir, "exists"))
+
+    def children(self, reldir: str) -> tuple[str, ...]:
+        """The names of the real subdirectories (child cgroups), sorted; symlinks are left out."""
+        return self._children(reldir, split_relpath(reldir, "list"))
+
+
+class CgroupFiles(_Walker):
+    """Reads and writes cgroup files beneath the agent's owned roots, and nowhere else.
+
+    `writes` counts successful file writes (what `apply` reports; directory creation is not a write).
+    """
+
+    def __init__(self, cgroupfs: Path, owned_roots: Iterable[str]) -> None:
+        super().__init__(cgroupfs)
+        roots = tuple(owned_roots)
+        self._roots: tuple[tuple[str, ...], ...] = tuple(split_relpath(r, "own") for r in roots)
+        if any(not r for r in self._roots):
+            raise ValueError("an owned root cannot be the whole cgroup tree")
+        self.owned_roots = roots
+        self.writes = 0
+
+    def _confine(self, op: str, relpath: str, *, is_file: bool, value: str | None = None) -> tuple[str, ...]:
+        """The validated components of `relpath` if it lies beneath an owned root (a directory may also
+        be the root itself); raises CgroupPathRefused otherwise, before any system call."""
+        parts = split_relpath(relpath, op)
+        for root in self._roots:
+            if parts[: len(root)] == root and (len(parts) > len(root) or not is_file):
+                return parts
+        owned = ", ".join(self.owned_roots) or "nothing"
+        raise CgroupPathRefused(op, relpath, f"outside the cgroups this agent owns ({owned})", value)
+
+    def read(self, relpath: str) -> str | None:
+        """The file's text, None when the file or its cgroup does not exist."""
+        return self._read(relpath, self._confine("read", relpath, is_file=True))
+
+    def exists(self, reldir: str) -> bool:
+        return self._exists(reldir, self._confine("exists", reldir, is_file=False))
+
+    def children(self, reldir: str) -> tuple[str, ...]:
+        """The names of the child cgroups, sorted (for depth-first removal and orphan collection)."""
+        return self._children(reldir, self._confine("list", reldir, is_file=False))
+
+    def write(self, relpath: str, value: str) -> None:
+        """Write `value` to an existing kernel file in one write(2); raise a typed CgroupError on refusal."""
+        parts = self._confine("write", relpath, is_file=True, value=value)
+        if "\0" in value:
+            raise CgroupWriteError("write", relpath, "the value holds a NUL byte", value)
+        data = value.encode()
+        dfd = self._open_dir("write", relpath, parts[:-1], value)
+        try:
+            fd = os.open(parts[-1], _WRITE_FLAGS, dir_fd=dfd)
+        except OSError as err:
+            raise self._write_error(relpath, parts, value, err) from err
+        finally:
+            os.close(dfd)
+        try:
+            written = os.write(fd, data)
+        except OSError as err:
+            raise self._write_error(relpath, parts, value, err) from err
+        finally:
+            os.close(fd)
+        if written != len(data):
+            raise CgroupWriteError("write", relpath, f"short write ({written} of {len(data)} bytes)", value)
+        self.writes += 1
+
+    def mkdir(self, reldir: str) -> bool:
+        """Create one cgroup (its parent must exist); False if it was already there. Used for QoS tiers
+        only when the settings ask for it, and by tests."""
+        parts = self._confine("mkdir", reldir, is_file=False)
+        dfd = self._open_dir("mkdir", reldir, parts[:-1])
+        try:
+            os.mkdir(parts[-1], 0o755, dir_fd=dfd)
+        except FileExistsError:
+            os.close(self._open_dir("mkdir", reldir, parts))  # refuses a symlink or file in its place
+            return False
+        except OSError as err:
+            raise _oserror("mkdir", reldir, err) from err
+        finally:
+            os.close(dfd)
+        return True
+
+    def rmdir(self, reldir: str) -> None:
+        """Remove one empty cgroup (no processes, no children); CgroupNotFound if it is gone."""
+        parts = self._confine("rmdir", reldir, is_file=False)
+        dfd = self._open_dir("rmdir", reldir, parts[:-1])
+        try:
+            os.rmdir(parts[-1], dir_fd=dfd)
+        except OSError as err:
+            if err.errno in (errno.EBUSY, errno.ENOTEMPTY):
+                raise CgroupWriteError(
+                    "rmdir",
+                    reldir,
+                    f"the cgroup still has processes or child cgroups ({_errno_name(err.errno)})",
+                    errno_=err.errno,
+                ) from err
+            if err.errno == errno.ENOTDIR:
+                raise CgroupPathRefused("rmdir", reldir, "not a cgroup directory", errno_=err.errno) from err
+            raise _oserror("rmdir", reldir, err) from err
+        finally:
+            os.close(dfd)
+
+    def _sibling_int(self, parts: tuple[str, ...], name: str) -> int | None:
+        """A number from another file of the same cgroup (for error messages); None if unreadable."""
+        try:
+            text = self._read("/".join((*parts[:-1], name)), (*parts[:-1], name))
+            return int(text.strip()) if text is not None else None
+        except (CgroupError, ValueError):
+            return None
+
+    def _write_error(self, relpath: str, parts: tuple[str, ...], value: str, err: OSError) -> CgroupError:
+        name, code = parts[-1], err.errno
+        if code == errno.ENOENT:
+            return CgroupNotFound(
+                "write", relpath, "no such file in this cgroup (the kernel does not offer it here)", value, code
+            )
+        if code == errno.EBUSY and name in _USAGE_OF:
+            usage = self._sibling_int(parts, _USAGE_OF[name])
+            shown = f"{usage} bytes ({usage / (1 << 20):.1f} MiB)" if usage is not None else "unknown"
+            return MemoryBelowUsage(
+                "write",
+                relpath,
+                f"EBUSY: the new limit is below the cgroup's current usage of {shown}, "
+                "which the kernel could not reclaim",
+                value,
+                usage,
+            )
+        if code == errno.EINVAL and name in _QUOTA_FILES:
+            return QuotaRefused(
+                "write",
+                relpath,
+                "EINVAL: a child cgroup's quota/period may be above the new value, or quota and period "
+                "were written in the wrong order (grow parents first, shrink children first), "
+                "or the value is out of range",
+                value,
+                code,
+            )
+        if code == errno.EINVAL and name in (MEMORY_LIMIT, MEMORY_MEMSW):
+            other = MEMORY_MEMSW if name == MEMORY_LIMIT else MEMORY_LIMIT
+            bound = self._sibling_int(parts, other)
+            if bound is not None:
+                rule = (
+                    "memory must stay <= memory+swap; raise memory.memsw.limit_in_bytes first"
+                    if name == MEMORY_LIMIT
+                    else "memory+swap must stay >= memory; lower memory.limit_in_bytes first"
+                )
+                return MemswOrderRefused("write", relpath, f"EINVAL: {rule} (now {other} = {bound})", value, code)
+        return _oserror("write", relpath, err, value)

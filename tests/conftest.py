@@ -1,0 +1,49 @@
+"""Shared fixtures. Add yours below; keep each one small and documented."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.cgroup_tree import FakeCgroupTree, Mode
+from tests.fakes.fake_cri import FakeCRI, running_fake_cri
+from tests.fakes.kernel import KernelRoot, skip_reason
+
+
+@pytest.fixture
+def fake_cgroup_tree(tmp_path: Path) -> Callable[..., FakeCgroupTree]:
+    """A factory of strict fake --cgroupfs trees: fake_cgroup_tree("v1" | "v2" | "hybrid", driver=...)."""
+    counter = itertools.count()
+
+    def make(mode: Mode = "hybrid", **kwargs: Any) -> FakeCgroupTree:
+        return FakeCgroupTree(tmp_path / f"cgroupfs-{mode}-{next(counter)}", mode, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def kernel_root() -> Iterator[KernelRoot]:
+    """A private kcg-test-<random> cgroup in this host's v1 cpu and memory hierarchies (and the unified
+    one), removed depth-first afterwards even when the test fails; skips unless root on a v1 host."""
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    root = KernelRoot.create()
+    try:
+        yield root
+    finally:
+        left = root.cleanup()
+        assert not left, f"could not remove test cgroups {left}"
+
+
+@pytest.fixture
+def fake_cri(tmp_path: Path) -> Iterator[FakeCRI]:
+    """An in-process fake CRI runtime (tests/fakes/fake_cri.py) serving on unix:<tmp_path>/cri.sock:
+    `fake_cri.service` holds sandboxes/containers, the call log and inject_error(); connect a
+    CRIClient to `fake_cri.endpoint`."""
+    with running_fake_cri(tmp_path) as fake:
+        yield fake
