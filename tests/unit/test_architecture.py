@@ -1,0 +1,32 @@
+"""The pure core opens no files and starts no processes (import-linter checks its imports; this checks
+the calls that need no import: open(), and pathlib/os I/O)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = [
+    *sorted((ROOT / "agent" / "compute").glob("*.py")),
+    ROOT / "agent" / "model.py",
+    ROOT / "agent" / "diff.py",
+    ROOT / "agent" / "plan.py",
+    *(ROOT / "cgroupfs" / n for n in ("types.py", "naming.py", "layout.py", "convert.py")),
+]
+IO_CALLS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "mkdir", "rmdir", "unlink", "listdir", "scandir", "iterdir", "system", "popen"}
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_core_module_does_no_io(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+            if name in IO_CALLS:
+                calls.append(f"{name} at line {node.lineno}")
+    assert calls == []
