@@ -54,7 +54,9 @@ CRI_FIELDS: dict[tuple[str, str], int] = {
 }
 
 
-@pytest.mark.parametrize(("message", "field"), [pytest.param(*key, id=".".join(key)) for key in sorted(CRI_FIELDS)])
+@pytest.mark.parametrize(
+    ("message", "field"), [pytest.param(*key, id=".".join(key)) for key in sorted(CRI_FIELDS)]
+)
 def test_field_number_matches_the_cri(message: str, field: str) -> None:
     descriptor = api_pb2.DESCRIPTOR.message_types_by_name[message]
     assert descriptor.full_name == f"runtime.v1.{message}"

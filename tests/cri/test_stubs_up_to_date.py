@@ -44,4 +44,6 @@ def test_stub_speaks_the_cri_service_path() -> None:
     service = api_pb2.DESCRIPTOR.services_by_name["RuntimeService"]
     assert service.full_name == "runtime.v1.RuntimeService"
     assert api_pb2.ContainerStatus.DESCRIPTOR.fields_by_name["resources"].number == 16
-    assert api_pb2.LinuxContainerResources.DESCRIPTOR.fields_by_name["memory_swap_limit_in_bytes"].number == 10
+    assert (
+        api_pb2.LinuxContainerResources.DESCRIPTOR.fields_by_name["memory_swap_limit_in_bytes"].number == 10
+    )
