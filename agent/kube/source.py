@@ -8,7 +8,7 @@ from agent.pods.load import Loaded, from_objects
 
 def list_node_pods(kubeconfig: str | None, node: str) -> Loaded:
     from kubernetes import client, config
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
 
     try:

@@ -238,3 +238,21 @@ def test_a_diff_from_manifests_does_not_import_kubernetes_or_grpc() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT)
     assert "BAD []" in r.stderr
+
+
+def test_check_reports_mode_and_a_dead_runtime_socket(tmp_path: Path) -> None:
+    r = run_cli(
+        "check",
+        "--cgroupfs",
+        str(SAMPLE / "cgroupfs"),
+        "--cri-endpoint",
+        f"unix://{tmp_path}/none.sock",
+        "-o",
+        "json",
+    )
+    assert r.returncode == 2, r.stderr
+    checks = {c["name"]: c for c in json.loads(r.stdout)}
+    assert checks["cgroup mode"]["verdict"] == "ok" and checks["cgroup mode"]["detail"].startswith("hybrid")
+    assert checks["controller hugetlb"]["detail"] == "v2 at unified"
+    failed = [c for c in checks.values() if c["verdict"] == "fail"]
+    assert failed and all("none.sock" in c["detail"] for c in failed)
