@@ -88,10 +88,24 @@ def parse_text(text: str, origin: str) -> Loaded:
     return Loaded(tuple(pods), tuple(errors))
 
 
+def _unique(loaded: Loaded) -> Loaded:
+    """Two manifests with one UID would fight over one cgroup: the first wins, the next is an error."""
+    seen: dict[str, str] = {}
+    pods: list[PodView] = []
+    errors = list(loaded.errors)
+    for p in loaded.pods:
+        if p.uid in seen:
+            errors.append(Problem(p.key, f"pod UID {p.uid} is also used by {seen[p.uid]}: ignored"))
+            continue
+        seen[p.uid] = p.key
+        pods.append(p)
+    return Loaded(tuple(pods), tuple(errors))
+
+
 def load_path(path: str, stdin: TextIO | None = None) -> Loaded:
     """`-` is stdin; a directory is read file by file in name order (manifest suffixes only)."""
     if path == "-":
-        return parse_text((stdin or sys.stdin).read(), "<stdin>")
+        return _unique(parse_text((stdin or sys.stdin).read(), "<stdin>"))
     p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in MANIFEST_SUFFIXES)
@@ -110,7 +124,7 @@ def load_path(path: str, stdin: TextIO | None = None) -> Loaded:
         loaded = parse_text(text, str(f))
         pods.extend(loaded.pods)
         errors.extend(loaded.errors)
-    return Loaded(tuple(pods), tuple(errors))
+    return _unique(Loaded(tuple(pods), tuple(errors)))
 
 
 def from_objects(objects: list[Any]) -> Loaded:
@@ -129,4 +143,4 @@ def from_objects(objects: list[Any]) -> Loaded:
             pods.append(parse_pod({"kind": "Pod", **obj}))
         except PodParseError as err:
             errors.append(Problem(err.pod if err.pod else pod_key(obj), err.message))
-    return Loaded(tuple(pods), tuple(errors))
+    return _unique(Loaded(tuple(pods), tuple(errors)))
