@@ -205,7 +205,7 @@ def cri_socket_path(endpoint: str) -> str | None:
 
 def cri_check(endpoint: str | None, file_type: str | None) -> Check:
     """`file_type` is what is at the socket path: "socket", "missing", or another kind of file."""
-    name = "cri socket"
+    name = "CRI socket"
     if endpoint is None:
         return Check(name, Verdict.WARN, "no --cri-endpoint given: container cgroups are not resized")
     path = cri_socket_path(endpoint)

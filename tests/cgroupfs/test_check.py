@@ -282,7 +282,7 @@ def test_probe_of_a_healthy_systemd_v2_node(
     assert checks["cgroup mode"].detail.startswith("v2:")
     assert checks["huge page sizes"].detail == "2MB"
     assert checks["cgroup dir kubepods.slice"].detail == "exists and is writable"
-    assert checks["cri socket"].detail == f"{cri_socket} is a socket"
+    assert checks["CRI socket"].detail == f"{cri_socket} is a socket"
 
 
 def test_probe_of_a_fresh_hybrid_node_without_kubelet(
@@ -301,7 +301,7 @@ def test_probe_of_a_fresh_hybrid_node_without_kubelet(
     assert checks["kubelet cgroup driver"].verdict is Verdict.WARN
     assert "no kubelet config at" in checks["kubelet cgroup driver"].detail
     assert checks["cgroup dir cpu/kubepods"].verdict is Verdict.WARN
-    assert checks["cri socket"].verdict is Verdict.FAIL
+    assert checks["CRI socket"].verdict is Verdict.FAIL
     assert checks["controller hugetlb"].detail == "v2 at unified"
 
 
@@ -310,7 +310,7 @@ def test_probe_without_any_hierarchy_fails_but_still_reports_the_rest(tmp_path: 
     empty.mkdir()
     checks = probe(empty, mountinfo=tmp_path / "none", hugepages_dir=hugepages, kubelet_config=tmp_path / "x")
     names = [c.name for c in checks]
-    assert names == ["cgroup hierarchy", "huge page sizes", "cri socket"]
+    assert names == ["cgroup hierarchy", "huge page sizes", "CRI socket"]
     assert checks[0].verdict is Verdict.FAIL
     assert "found no cgroup hierarchy" in checks[0].detail
 
