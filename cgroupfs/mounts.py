@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Final
 
-from cgroupfs.files import TreeReader
+from cgroupfs.files import CgroupError, TreeReader
 from cgroupfs.layout import Hierarchy
 
 MOUNTINFO: Final = Path("/proc/self/mountinfo")
@@ -194,21 +194,26 @@ def detect_hierarchy(cgroupfs: Path, mountinfo: Path = MOUNTINFO, version: str =
     if version not in VERSIONS:
         raise ValueError(f"cgroup version must be one of {', '.join(VERSIONS)}, not {version!r}")
     base = os.path.realpath(cgroupfs)
+    if not Path(base).is_dir():
+        raise HierarchyNotFound(f"--cgroupfs {cgroupfs} is not a directory")
     reader = TreeReader(Path(base))
     try:
         mounts = parse_mountinfo(mountinfo.read_text(encoding="utf-8", errors="surrogateescape"))
     except FileNotFoundError:
         mounts = ()
     source = f"the mount table ({mountinfo})"
-    if _visible(mounts, base):
-        unified = unified_mount(mounts, base)
-        text = reader.read(_join(unified, "cgroup.controllers")) if unified is not None else None
-        found = hierarchy_from_mounts(mounts, base, text)
-    else:
-        source = "the directory layout"
-        found = hierarchy_from_layout(
-            reader.children(""), reader.read("cgroup.controllers"), reader.read("unified/cgroup.controllers")
-        )
+    try:
+        if _visible(mounts, base):
+            unified = unified_mount(mounts, base)
+            text = reader.read(_join(unified, "cgroup.controllers")) if unified is not None else None
+            found = hierarchy_from_mounts(mounts, base, text)
+        else:
+            source = "the directory layout"
+            found = hierarchy_from_layout(
+                reader.children(""), reader.read("cgroup.controllers"), reader.read("unified/cgroup.controllers")
+            )
+    except CgroupError as err:
+        raise HierarchyNotFound(f"cannot inspect {cgroupfs}: {err}") from err
     hierarchy = force_version(found, version)
     if is_empty(hierarchy):
         wanted = "cgroup" if version == "auto" else f"cgroup v{version}"
@@ -222,10 +227,3 @@ def detect_hierarchy(cgroupfs: Path, mountinfo: Path = MOUNTINFO, version: str =
 def _join(directory: str, name: str) -> str:
     return f"{directory}/{name}" if directory else name
 
-
-def describe(hierarchy: Hierarchy) -> Mapping[str, str]:
-    """controller -> "v1 at cpu" / "v2 at unified" for messages; what --cgroup-version acts on."""
-    out = {c: f"v1 at {d}" for c, d in hierarchy.v1.items()}
-    for c in sorted(hierarchy.unified_controllers):
-        out.setdefault(c, f"v2 at {hierarchy.unified or '.'}")
-    return out

@@ -324,3 +324,8 @@ def test_this_host_is_detected_from_its_mount_table() -> None:
     h = detect_hierarchy(Path("/sys/fs/cgroup"))
     assert h.locate(Controller.CPU) == (CgroupVersion.V1, "cpu")
     assert h.locate(Controller.MEMORY) == (CgroupVersion.V1, "memory")
+
+
+def test_a_missing_cgroupfs_is_a_typed_error(tmp_path: Path) -> None:
+    with pytest.raises(HierarchyNotFound, match="is not a directory"):
+        detect_hierarchy(tmp_path / "nope", tmp_path / "no-mountinfo")
