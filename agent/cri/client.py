@@ -5,7 +5,8 @@ exponential backoff, nothing else is (a DEADLINE_EXCEEDED update may still be ap
 so it is the caller's decision). Failures surface as `agent.cri.errors` types, results as
 `agent.cri.types` dataclasses.
 
-`UpdateContainerResources` follows containerd's merge semantics (anchors §1.11, verified on 1.6):
+`UpdateContainerResources` follows containerd's merge semantics (anchors §1.11; tests/e2e checks each
+point below against containerd 1.6.20 + runc 1.1.5 on cgroup v1):
 a zero field means "leave unchanged". Hence:
 * an unlimited CPU quota is sent as -1 (0 would keep the old quota);
 * an unlimited memory limit is sent as -1, which runc applies as "no limit" (0 would keep the old

@@ -213,7 +213,7 @@ def test_unavailable_is_retried_with_backoff_then_succeeds(
 ) -> None:
     fake_cri.service.inject_error("Version", grpc.StatusCode.UNAVAILABLE, "restarting", times=2)
     assert client.version().runtime_name == "fake-containerd"
-    assert fake_cri.service.methods() == ["Version"] * 3
+    fake_cri.service.assert_calls(["Version"] * 3)
     assert sleeps == [0.05, 0.1]
 
 

@@ -209,6 +209,10 @@ class FakeRuntimeService(pb_grpc.RuntimeServiceServicer):
         with self.lock:
             return [c.method for c in self.calls]
 
+    def assert_calls(self, expected: list[str]) -> None:
+        """cri-api's AssertCalls: exactly these methods were called, in this order."""
+        assert self.methods() == expected, f"calls {self.methods()} != expected {expected}"
+
     def calls_of(self, method: str) -> list[Call]:
         with self.lock:
             return [c for c in self.calls if c.method == method]
