@@ -47,3 +47,15 @@ def fake_cri(tmp_path: Path) -> Iterator[FakeCRI]:
     CRIClient to `fake_cri.endpoint`."""
     with running_fake_cri(tmp_path) as fake:
         yield fake
+
+
+def _hypothesis_profile() -> None:
+    """No example database in the work tree: runs stay reproducible from a clean clone and work for a
+    user who cannot write there."""
+    from hypothesis import settings
+
+    settings.register_profile("kcg", database=None, deadline=None)
+    settings.load_profile("kcg")
+
+
+_hypothesis_profile()

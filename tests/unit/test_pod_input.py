@@ -166,3 +166,49 @@ def test_no_desired_file_from_hostile_input_lies_outside_the_kubepods_tree(
         assert ".." not in parts and "" not in parts and "\0" not in f.setting.path
         top = "kubepods.slice" if driver is DriverKind.SYSTEMD else "kubepods"
         assert parts[0] in ("cpu", "memory") and parts[1] == top
+
+
+def test_pod_objects_from_the_kubernetes_client() -> None:
+    from kubernetes.client import (
+        V1Container,
+        V1ContainerStatus,
+        V1ObjectMeta,
+        V1Pod,
+        V1PodSpec,
+        V1PodStatus,
+        V1ResourceRequirements,
+    )
+
+    from agent.pods.load import from_objects
+
+    obj = V1Pod(
+        metadata=V1ObjectMeta(name="p", namespace="n", uid="0d0d0d0d-1111-2222-3333-444444444444"),
+        spec=V1PodSpec(
+            containers=[
+                V1Container(name="c", resources=V1ResourceRequirements(limits={"cpu": "2", "memory": "1Gi"}))
+            ]
+        ),
+        status=V1PodStatus(
+            phase="Running",
+            qos_class="Guaranteed",
+            container_statuses=[
+                V1ContainerStatus(
+                    name="c",
+                    container_id="containerd://" + "e" * 64,
+                    image="i",
+                    image_id="i",
+                    ready=True,
+                    restart_count=0,
+                )
+            ],
+        ),
+    )
+    loaded = from_objects([obj])
+    assert loaded.errors == ()
+    (p,) = loaded.pods
+    assert (p.key, p.containers[0].requests.cpu_milli, p.status_qos.value if p.status_qos else None) == (
+        "n/p",
+        2000,
+        "Guaranteed",
+    )
+    assert p.statuses[0].container_id == "e" * 64 and p.statuses[0].runtime == "containerd"
