@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agent.model import ContainerID, ContainerValues
-from agent.plan import CgroupStep, ContainerStep, Plan, Step
+from agent.plan import CgroupStep, Plan, RestartStep, Step
+
+STOP_GRACE_S = 30  # the kubelet's default terminationGracePeriodSeconds
 
 
 class FileWriter(Protocol):
@@ -19,7 +21,11 @@ class FileWriter(Protocol):
 
 
 class ContainerUpdater(Protocol):
+    """The runtime side of a plan (agent.cri.client.CRIClient): resize in place, or stop for a restart."""
+
     def update_container_resources(self, container_id: ContainerID, values: ContainerValues) -> None: ...
+
+    def stop_container(self, container_id: ContainerID, timeout_s: int) -> None: ...
 
 
 class CgroupStepRunner(Protocol):
@@ -60,6 +66,8 @@ def execute(
     cgroup: CgroupStepRunner,
     containers: ContainerUpdater | None,
     on_step: Callable[[StepOutcome], None] | None = None,
+    *,
+    stop_grace_s: int = STOP_GRACE_S,
 ) -> Execution:
     """Run the steps in order; stop at the first failure and count what was written."""
     steps = plan.steps if isinstance(plan, Plan) else tuple(plan)
@@ -71,7 +79,10 @@ def execute(
             else:
                 if containers is None:
                     raise RuntimeError("no CRI endpoint: cannot update containers")
-                containers.update_container_resources(step.container_id, step.values)
+                if isinstance(step, RestartStep):
+                    containers.stop_container(step.container_id, stop_grace_s)
+                else:
+                    containers.update_container_resources(step.container_id, step.values)
                 result.writes += 1
         except Exception as err:  # every driver error is typed; report it and stop
             outcome = StepOutcome(step, False, str(err), type(err).__name__)
@@ -90,5 +101,7 @@ def execute(
 def describe(step: Step) -> str:
     if isinstance(step, CgroupStep):
         return f"write {step.path} = {step.setting.value}"
-    assert isinstance(step, ContainerStep)
+    if isinstance(step, RestartStep):
+        why = ", ".join(step.resources)
+        return f"restart container {step.pod}/{step.container} (resize policy RestartContainer: {why})"
     return f"update container {step.pod}/{step.container} ({step.resource})"

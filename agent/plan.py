@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from agent.diff import FileDiff, NodeDiff, Owner
 from agent.model import UNLIMITED, ContainerID, ContainerValues, PodUID, Problem
 from cgroupfs import layout
-from cgroupfs.convert import parse_cpu_max
+from cgroupfs.convert import PAGE_SIZE, parse_cpu_max
 from cgroupfs.layout import FileSetting
 from cgroupfs.types import CgroupName, CgroupVersion, Controller
 
@@ -77,7 +77,51 @@ class ContainerStep:
         }
 
 
-Step = CgroupStep | ContainerStep
+@dataclass(frozen=True, slots=True)
+class RestartStep:
+    """Stop one container through the runtime (CRI StopContainer) so that the kubelet starts it again with
+    its new values: its resize policy says RestartContainer for a resource that changes. Only that
+    container restarts; the pod (sandbox, other containers) is never recreated (seed 004's point).
+
+    It is placed after every parent cgroup has grown and before anything shrinks, so the new container
+    starts inside a pod cgroup already large enough, and from then on its old cgroup counts as gone."""
+
+    pod: str
+    pod_uid: PodUID
+    container: str
+    container_id: ContainerID
+    cgroup: CgroupName
+    resources: tuple[Resource, ...]  # the resources whose change asked for the restart
+    kind: Literal["restart"] = "restart"
+
+    @property
+    def resource(self) -> Resource:
+        return self.resources[0] if self.resources else "memory"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": "restart",
+            "pod": self.pod,
+            "container": self.container,
+            "containerID": self.container_id,
+            "resources": list(self.resources),
+        }
+
+
+Step = CgroupStep | ContainerStep | RestartStep
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """A memory limit held back because usage is above the new limit (retried later; never an error of
+    the plan itself). `container` is None for a pod or tier cgroup."""
+
+    pod: str | None
+    cgroup: str
+    container: str | None
+    limit: int
+    usage: int
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +129,8 @@ class Plan:
     steps: tuple[Step, ...]
     warnings: tuple[Problem, ...] = ()
     errors: tuple[Problem, ...] = ()
+    blocked: tuple[Blocked, ...] = ()
+    refused: str | None = None  # the invariant violation that made build_plan refuse the plan
 
 
 def resource_of(setting: FileSetting) -> Resource:
@@ -285,65 +331,181 @@ def _container_values(g: _Group, desired: ContainerValues, resource: Resource) -
     return replace(desired, cpu_quota=quota, cpu_period=period)
 
 
+def _reclaim_target(usage: float, new_limit: float, current: float) -> int | None:
+    """Seed 000's step toward usage: a limit a little above usage (5%, whole pages) so the kernel reclaims
+    page cache down to it; None when that would not lower the current limit."""
+    target = max(new_limit, usage + usage / 20)
+    target = math.ceil(target / PAGE_SIZE) * PAGE_SIZE
+    return int(target) if target < current else None
+
+
 def build_plan(
     node: NodeDiff,
     extra: Mapping[str, str | None] | None = None,
     *,
     include_containers: bool = True,
+    restarts: Collection[tuple[str, str]] = frozenset(),
+    reclaim_step_down: bool = False,
 ) -> Plan:
-    """The ordered steps that take the observed state to the desired one (only differing values)."""
+    """The ordered steps that take the observed state to the desired one (only differing values).
+
+    `restarts` names (pod key, container) pairs whose resize policy asks for a restart: they get one
+    RestartStep instead of in-place updates. With `reclaim_step_down`, a memory limit held back by the
+    usage guard is stepped down toward usage instead of left where it is (seed 000's control loop).
+    """
     extra = extra or {}
     groups = _groups(node)
     desired_containers: dict[tuple[str, str], ContainerValues] = {
         (p.pod.key, c.container.name): c.values for p in node.computation.pods for c in p.containers
     }
+    restarting = {
+        k
+        for k, g in groups.items()
+        if g.owner is Owner.CONTAINER and (g.pod or "", g.container or "") in restarts
+    }
     errors: list[Problem] = []
     warnings: list[Problem] = []
+    blocked: list[Blocked] = []
     blocked_memory: set[str] = set()  # pods (or tiers, by cgroup) whose memory changes are held back
+    reclaim: dict[tuple[str, str, str], int] = {}  # group -> intermediate memory limit
 
     # The memory-usage guard: a limit is lowered only when usage is below the new limit.
-    for g in groups.values():
-        if g.direction("memory") >= 0:
+    for k, g in groups.items():
+        if k in restarting or g.direction("memory") >= 0:
             continue
         usage = _usage(g, extra)
         new_limit = g.memory_limit(True)
         if usage is not None and new_limit != INF and usage > new_limit:
             who = g.pod or str(g.cgroup)
             what = f"container {g.container!r}" if g.container else f"cgroup {g.cgroup}"
-            errors.append(
-                Problem(
-                    g.pod,
-                    f"{what}: memory limit {int(new_limit)} is below current usage {int(usage)}; "
-                    "not lowering it (retried later)",
-                )
+            message = (
+                f"{what}: memory limit {int(new_limit)} is below current usage {int(usage)}; "
+                "not lowering it (retried later)"
             )
+            errors.append(Problem(g.pod, message))
+            blocked.append(Blocked(g.pod, str(g.cgroup), g.container, int(new_limit), int(usage), message))
             blocked_memory.add(who)
+            if reclaim_step_down:
+                target = _reclaim_target(usage, new_limit, g.memory_limit(False))
+                if target is not None:
+                    reclaim[k] = target
+    # A pod cgroup steps down only as far as its containers' current limits allow.
+    for k in list(reclaim):
+        g = groups[k]
+        if g.owner is Owner.CONTAINER:
+            continue
+        kids = [c for c in groups.values() if c.owner is Owner.CONTAINER and c.cgroup == g.cgroup]
+        floor = max((reclaim.get(c.key, c.memory_limit(False)) for c in kids), default=0.0)
+        total = sum(reclaim.get(c.key, c.memory_limit(False)) for c in kids)
+        floor = max(floor, total) if total != INF else INF
+        if floor >= g.memory_limit(False):
+            del reclaim[k]
+        else:
+            reclaim[k] = max(reclaim[k], int(floor))
 
-    steps: list[Step] = []
+    phases: dict[Resource, tuple[list[Step], list[Step], list[Step], list[Step]]] = {}
     for resource in RESOURCE_ORDER:
         parents = [g for g in groups.values() if g.owner is not Owner.CONTAINER and g.changed(resource)]
-        containers = [g for g in groups.values() if g.owner is Owner.CONTAINER and g.changed(resource)]
+        containers = [
+            g
+            for g in groups.values()
+            if g.owner is Owner.CONTAINER and g.changed(resource) and g.key not in restarting
+        ]
+        held: list[_Group] = []
         if resource == "memory":
+            held = [g for g in (*parents, *containers) if g.key in reclaim]
             parents = [g for g in parents if (g.pod or str(g.cgroup)) not in blocked_memory]
             containers = [g for g in containers if g.pod not in blocked_memory]
         grow = sorted((g for g in parents if g.direction(resource) >= 0), key=lambda g: (g.depth, g.key))
         shrink = sorted((g for g in parents if g.direction(resource) < 0), key=lambda g: (-g.depth, g.key))
         c_down = sorted((g for g in containers if g.direction(resource) < 0), key=lambda g: g.key)
         c_up = sorted((g for g in containers if g.direction(resource) >= 0), key=lambda g: g.key)
+        a: list[Step] = []
+        b: list[Step] = []
+        c: list[Step] = []
+        d: list[Step] = []
         for g in grow:
-            steps.extend(_ordered_cgroup_writes(g, resource, extra))
+            a.extend(_ordered_cgroup_writes(g, resource, extra))
         if include_containers:
-            steps.extend(_container_steps(c_down, resource, desired_containers))
+            b.extend(_container_steps(c_down, resource, desired_containers))
+            b.extend(
+                _reclaim_container_step(g, reclaim[g.key], desired_containers)
+                for g in held
+                if g.owner is Owner.CONTAINER
+            )
         for g in shrink:
-            steps.extend(_ordered_cgroup_writes(g, resource, extra))
+            c.extend(_ordered_cgroup_writes(g, resource, extra))
+        for g in sorted((g for g in held if g.owner is not Owner.CONTAINER), key=lambda g: (-g.depth, g.key)):
+            f = g.files.get(layout.MEMORY_LIMIT) or g.files.get(layout.MEMORY_MAX)
+            if f is not None:
+                s = replace(f.setting, value=str(reclaim[g.key]))
+                c.append(CgroupStep(s, f.current, "memory", g.owner, g.pod))
         if include_containers:
-            steps.extend(_container_steps(c_up, resource, desired_containers))
+            d.extend(_container_steps(c_up, resource, desired_containers))
+        phases[resource] = (a, b, c, d)
 
-    plan = Plan(tuple(steps), tuple(warnings), tuple(errors))
+    restart_steps: list[Step] = []
+    if include_containers:
+        for k in sorted(restarting):
+            g = groups[k]
+            if g.pod is None or g.pod_uid is None or g.container is None or g.container_id is None:
+                continue
+            why = tuple(r for r in RESOURCE_ORDER if g.changed(r))
+            restart_steps.append(RestartStep(g.pod, g.pod_uid, g.container, g.container_id, g.cgroup, why))
+    steps: list[Step] = []
+    if restart_steps:
+        # every parent grows first (both resources), then the restarts, then the rest per resource
+        for resource in RESOURCE_ORDER:
+            steps.extend(phases[resource][0])
+        steps.extend(restart_steps)
+        for resource in RESOURCE_ORDER:
+            for part in phases[resource][1:]:
+                steps.extend(part)
+    else:
+        for resource in RESOURCE_ORDER:
+            for part in phases[resource]:
+                steps.extend(part)
+
+    plan = Plan(tuple(steps), tuple(warnings), tuple(errors), tuple(blocked))
     violation = check_invariants(node, plan)
     if violation is not None:
-        return Plan((), plan.warnings, (*plan.errors, Problem(None, f"plan refused: {violation}")))
+        return Plan(
+            (),
+            plan.warnings,
+            (*plan.errors, Problem(None, f"plan refused: {violation}")),
+            plan.blocked,
+            violation,
+        )
     return plan
+
+
+def _reclaim_container_step(
+    g: _Group, target: int, desired: Mapping[tuple[str, str], ContainerValues]
+) -> ContainerStep:
+    """An UpdateContainerResources that lowers only the memory limit, to `target`: everything else
+    stays at its current value."""
+    assert g.pod is not None and g.container is not None and g.pod_uid is not None
+    assert g.container_id is not None
+    values = desired.get((g.pod, g.container))
+    f = g.files.get(layout.MEMORY_LIMIT) or g.files.get(layout.MEMORY_MAX)
+    assert values is not None and f is not None
+    current = _current_container_values(g, values)
+    change = FileDiff(replace(f.desired, setting=replace(f.setting, value=str(target))), f.current, True)
+    return ContainerStep(
+        g.pod, g.pod_uid, g.container, g.container_id, "memory", (change,), replace(current, memory_limit=target)
+    )
+
+
+def _current_container_values(g: _Group, desired: ContainerValues) -> ContainerValues:
+    """The container's values as its cgroup shows them now (desired where a file is unreadable)."""
+    cpu = _container_values(g, desired, "memory")
+    shares = _int(layout.CPU_SHARES, g.text(layout.CPU_SHARES, False))
+    mem = _memory_limit_of({n: g.text(n, False) for n in g.files})
+    return replace(
+        cpu,
+        cpu_shares=int(shares) if shares is not None and shares != INF else desired.cpu_shares,
+        memory_limit=UNLIMITED if mem == INF else int(mem),
+    )
 
 
 def _container_steps(
@@ -416,35 +578,93 @@ def _memory_limit_of(texts: Mapping[str, str | None]) -> float:
 _Key = tuple[str, str, str]
 
 
+def _pod_level_limited(node: NodeDiff) -> dict[str, set[Resource]]:
+    """Per pod key, the resources with a pod-level limit: there the containers may sum above it."""
+    out: dict[str, set[Resource]] = {}
+    for p in node.computation.pods:
+        lim = p.pod.pod_limits
+        out[p.pod.key] = set()
+        if lim is not None and lim.cpu_milli is not None:
+            out[p.pod.key].add("cpu")
+        if lim is not None and lim.memory is not None:
+            out[p.pod.key].add("memory")
+    return out
+
+
+_EPS = 1e-9
+
+
 def check_invariants(node: NodeDiff, plan: Plan) -> str | None:
     """Replay `plan` from the observed state: describe the first step after which a child's CPU limit
     (quota/period) or memory limit exceeds its parent's when it did not before; None when safe.
-    An unlimited child is fine (the kernel allows it under a limited parent)."""
+    An unlimited child is fine (the kernel allows it under a limited parent).
+
+    A second rule, the KEP's: where a pod's limit is the sum of its containers' (no pod-level limit),
+    the containers' limits may not sum above the pod's at any step, beyond what the starting or the
+    final state already shows (per-container minimum quotas can make a tiny sum round above the pod's).
+    A restarted container counts as gone from its RestartStep on."""
     groups = _groups(node)
     texts: dict[_Key, dict[str, str | None]] = {
         k: {name: f.current for name, f in g.files.items()} for k, g in groups.items()
+    }
+    final: dict[_Key, dict[str, str | None]] = {
+        k: {name: f.setting.value for name, f in g.files.items()} for k, g in groups.items()
     }
     parents = {k: _parent_key(g, groups) for k, g in groups.items()}
     children: dict[_Key, list[_Key]] = defaultdict(list)
     for k, p in parents.items():
         if p is not None:
             children[p].append(k)
+    pod_limited = _pod_level_limited(node)
+    removed: set[_Key] = set()
 
-    def limit(key: _Key, res: Resource) -> float:
-        return _cpu_limit_of(texts[key]) if res == "cpu" else _memory_limit_of(texts[key])
+    def limit(key: _Key, res: Resource, state: Mapping[_Key, Mapping[str, str | None]]) -> float:
+        if key in removed and state is texts:
+            return INF
+        return _cpu_limit_of(state[key]) if res == "cpu" else _memory_limit_of(state[key])
 
     def violations(key: _Key, res: Resource) -> set[tuple[_Key, _Key]]:
         pairs = [(c, key) for c in children.get(key, ())]
         parent = parents.get(key)
         if parent is not None:
             pairs.append((key, parent))
-        return {(c, p) for c, p in pairs if limit(c, res) != INF and limit(c, res) > limit(p, res)}
+        return {
+            (c, p)
+            for c, p in pairs
+            if limit(c, res, texts) != INF and limit(c, res, texts) > limit(p, res, texts)
+        }
+
+    def excess(pod: _Key, res: Resource, state: Mapping[_Key, Mapping[str, str | None]]) -> float:
+        """sum(container limits) - pod limit, -INF where the rule does not apply."""
+        g = groups[pod]
+        if g.owner is not Owner.POD or res in pod_limited.get(g.pod or "", set()):
+            return -INF
+        kids = [
+            c for c in children.get(pod, ()) if groups[c].owner is Owner.CONTAINER and not (c in removed and state is texts)
+        ]
+        pod_limit = limit(pod, res, state)
+        if not kids or pod_limit == INF:
+            return -INF
+        values = [limit(c, res, state) for c in kids]
+        if INF in values:
+            return -INF
+        return sum(values) - pod_limit
+
+    allowed: dict[tuple[_Key, Resource], float] = {}
+    for k, g in groups.items():
+        if g.owner is Owner.POD:
+            for res in ("cpu", "memory"):
+                allowed[(k, res)] = max(0.0, excess(k, res, texts), excess(k, res, final))
 
     for step in plan.steps:
+        if isinstance(step, RestartStep):
+            key: _Key = (Owner.CONTAINER.value, str(step.cgroup), step.container)
+            removed.add(key)
+            continue
         if step.resource == "hugetlb":
             continue
         if isinstance(step, CgroupStep):
-            key: _Key = (step.owner.value, str(step.setting.cgroup), "")
+            key = (step.owner.value, str(step.setting.cgroup), "")
             changes = {step.setting.filename: step.setting.value}
         else:
             key = (Owner.CONTAINER.value, str(step.changes[0].setting.cgroup), step.container)
@@ -454,9 +674,16 @@ def check_invariants(node: NodeDiff, plan: Plan) -> str | None:
         before = violations(key, step.resource)
         texts[key].update(changes)
         new = violations(key, step.resource) - before
+        where = step.path if isinstance(step, CgroupStep) else f"container {step.container}"
         if new:
             child, parent = sorted(new)[0]
-            where = step.path if isinstance(step, CgroupStep) else f"container {step.container}"
             who = child[1] + (f" container {child[2]}" if child[2] else "")
             return f"after {where}, {who} would exceed its parent {parent[1]} in {step.resource}"
+        pod = key if groups[key].owner is Owner.POD else parents.get(key)
+        if pod is not None and groups[pod].owner is Owner.POD:
+            res = step.resource
+            if excess(pod, res, texts) > allowed.get((pod, res), 0.0) + _EPS:
+                return (
+                    f"after {where}, the containers of {pod[1]} would sum above the pod's {res} limit"
+                )
     return None

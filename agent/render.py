@@ -9,7 +9,7 @@ from typing import Any
 from agent.compute.pod import PodComputation
 from agent.diff import FileDiff, NodeDiff, Owner
 from agent.model import UNLIMITED, Problem, Resources
-from agent.plan import CgroupStep, ContainerStep, Plan
+from agent.plan import CgroupStep, ContainerStep, Plan, RestartStep
 from cgroupfs.convert import hugepage_size_name
 
 
@@ -108,6 +108,12 @@ def plan_table(plan: Plan) -> str:
             change = ", ".join(f"{c.desired.field} {c.current} → {c.setting.value}" for c in s.changes)
             lines.append(
                 f"{i:3}. [{s.resource:<7}] update container {s.pod}/{s.container} ({s.container_id[:12]}): {change}"
+            )
+        elif isinstance(s, RestartStep):
+            why = ", ".join(s.resources)
+            lines.append(
+                f"{i:3}. [restart] stop container {s.pod}/{s.container} ({s.container_id[:12]}) so it restarts"
+                f" with its new values (resize policy RestartContainer: {why})"
             )
     if not plan.steps:
         lines.append("nothing to do")

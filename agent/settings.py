@@ -53,6 +53,7 @@ class Settings:
     health_bind_address: str = "127.0.0.1:9813"
     observe_only: bool = False
     ownership: Mapping[str, str] = field(default_factory=dict)
+    memory_reclaim_step_down: bool = False  # seed 000: step a held-back memory limit down toward usage
 
     @property
     def cgroup_root_name(self) -> CgroupName:
@@ -217,6 +218,7 @@ _KEYS: Final[dict[str, tuple[str, Any]]] = {
     "healthBindAddress": ("health_bind_address", _str),
     "observeOnly": ("observe_only", _bool),
     "ownership": ("ownership", _ownership),
+    "memoryReclaimStepDown": ("memory_reclaim_step_down", _bool),
 }
 _PATH_KEYS: Final = {"cgroupfs", "pods", "stateDir", "kubeconfig"}
 

@@ -27,6 +27,7 @@ from agent.model import (
     validate_pod_uid,
 )
 from agent.pods import quantity
+from agent.resize.annotation import ResizeAnnotationError, overlay_resize
 
 POD_RESOURCES_ANNOTATION: Final = "kube-cgroup-agent.io/pod-resources"
 """For clusters whose API lacks `spec.resources`: JSON `{"requests": {...}, "limits": {...}}`."""
@@ -232,6 +233,10 @@ def parse_pod(raw: Mapping[str, Any]) -> PodView:
     key = pod_key(raw)
     if not isinstance(raw, Mapping):
         raise PodParseError(key, "a pod must be a map")
+    try:
+        raw = overlay_resize(raw)  # the resize annotation, when present, is the desired state
+    except ResizeAnnotationError as err:
+        raise PodParseError(key, str(err)) from err
     kind = raw.get("kind", "Pod")
     if kind != "Pod":
         raise PodParseError(key, f"kind {kind!r} is not a Pod")

@@ -1,0 +1,1 @@
+"""In-place pod resize: desired / allocated / actual, admission, ordering, policy, checkpoint."""

@@ -1,0 +1,487 @@
+"""The resize engine: the imperative shell around the pure resize core.
+
+    engine = ResizeEngine(settings, env, cri)      # env: pipeline.Environment; cri: CRIClient or None
+    engine.start(pods)                             # checkpoint (or rebuild from the kernel), then pods
+    engine.observe(pods) / update(pod) / remove(uid)   # pod updates, in the order they arrive
+    report = engine.reconcile()                    # admit, checkpoint, actuate (one pod at a time)
+    engine.status(uid) -> ResizeStatus | None      # for the daemon's status reporting
+    engine.dry_run() -> PassReport                 # what reconcile would do, nothing written
+
+One pass: queued resizes are admitted in arrival order and every accepted allocation is checkpointed
+*before* anything is written; then each admitted pod is actuated on its own — its pod and container
+cgroups plus the QoS tiers, every other pod frozen at its current values so the invariant check still
+sees it — and the tree is read back after each pod; last, a node-wide pass converges everything else
+(drift, pods whose resize is pending at their old allocation). Actual values are always what the
+kernel shows, never the runtime's ContainerStatus (containerd echoes its stored spec).
+
+RestartContainer on a bare node (no kubelet): the engine stops the container through CRI and waits for
+it to come back with a new container ID; nothing restarts it, so the resize stays InProgress with reason
+WaitingForRestart until something starts the container again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from agent.compute import compute_node
+from agent.diff import NodeDiff, Observation, Owner, desired_files, diff, not_yet_created, paths_to_read
+from agent.execute import (
+    CgroupStepRunner,
+    ContainerUpdater,
+    Execution,
+    StepOutcome,
+    describe,
+    execute,
+    file_runner,
+)
+from agent.model import UNLIMITED, ContainerValues, PodUID, PodView, Problem
+from agent.pipeline import Environment
+from agent.plan import CgroupStep, ContainerStep, Plan, RestartStep, build_plan
+from agent.resize import state as sm
+from agent.resize.admission import NodeCapacity
+from agent.resize.allocation import rebuild_allocation, with_allocation
+from agent.resize.checkpoint import CheckpointCorrupt, CheckpointStore, encode
+from agent.resize.scope import restarts_for, restrict
+from agent.resize.types import ResizeState, ResizeStatus
+from agent.settings import Settings
+from cgroupfs import layout
+from cgroupfs.convert import parse_cpu_max
+from cgroupfs.types import CgroupVersion, Controller
+
+
+class Reader(Protocol):
+    def read(self, relpath: str) -> str | None: ...
+
+    def exists(self, reldir: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One read of the tree, diffed against the pods at their allocated values."""
+
+    node: NodeDiff
+    extra: dict[str, str | None]
+    waiting: tuple[str, ...]  # pods whose cgroup does not exist yet
+
+
+@dataclass(frozen=True, slots=True)
+class PodPass:
+    pod: str | None  # None for the node-wide pass
+    plan: Plan
+    execution: Execution
+
+
+@dataclass(slots=True)
+class PassReport:
+    passes: list[PodPass] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    errors: list[Problem] = field(default_factory=list)
+    statuses: tuple[ResizeStatus, ...] = ()
+
+    @property
+    def writes(self) -> int:
+        return sum(p.execution.writes for p in self.passes)
+
+    @property
+    def steps(self) -> list[StepOutcome]:
+        return [o for p in self.passes for o in p.execution.outcomes]
+
+    def plan(self) -> Plan:
+        """Every step of the pass in order, as one plan (what `plan` prints)."""
+        steps = tuple(s for p in self.passes for s in p.plan.steps)
+        warnings = (*self.warnings, *(w for p in self.passes for w in p.plan.warnings))
+        errors = (*self.errors, *(e for p in self.passes for e in p.plan.errors))
+        blocked = tuple(b for p in self.passes for b in p.plan.blocked)
+        return Plan(steps, tuple(warnings), tuple(errors), blocked)
+
+
+class _Simulated:
+    """A reader over the real tree with the steps of a dry run laid over it."""
+
+    def __init__(self, base: Reader) -> None:
+        self.base = base
+        self.files: dict[str, str] = {}
+        self.gone: set[str] = set()
+
+    def read(self, relpath: str) -> str | None:
+        if relpath.rsplit("/", 1)[0] in self.gone:
+            return None
+        return self.files.get(relpath) if relpath in self.files else self.base.read(relpath)
+
+    def exists(self, reldir: str) -> bool:
+        return reldir not in self.gone and self.base.exists(reldir)
+
+    def run(self, plan: Plan, node: NodeDiff) -> Execution:
+        result = Execution()
+        for step in plan.steps:
+            if isinstance(step, CgroupStep):
+                self.files[step.path] = step.setting.value
+            elif isinstance(step, ContainerStep):
+                for c in step.changes:
+                    self.files[c.setting.path] = c.setting.value
+            else:
+                self.gone.update(
+                    f.setting.directory for f in node.files if f.desired.container_id == step.container_id
+                )
+            result.outcomes.append(StepOutcome(step, True))
+            result.writes += 1
+        return result
+
+
+def container_values_from(texts: dict[str, str | None], want: ContainerValues) -> ContainerValues | None:
+    """A container's values as its cgroup files show them (None when none could be read); a file that
+    shows the wanted value maps back to it exactly (cpu.weight is not invertible otherwise)."""
+    if all(v is None for v in texts.values()):
+        return None
+    out = want
+
+    def same(name: str, value: str) -> bool:
+        current = texts.get(name)
+        try:
+            return current is not None and layout.canonical(name, current) == layout.canonical(name, value)
+        except ValueError:
+            return False
+
+    try:
+        if (t := texts.get(layout.CPU_SHARES)) is not None:
+            out = replace(out, cpu_shares=int(t))
+        if (t := texts.get(layout.CPU_QUOTA)) is not None:
+            out = replace(out, cpu_quota=int(t))
+        if (t := texts.get(layout.CPU_PERIOD)) is not None:
+            out = replace(out, cpu_period=int(t))
+        if (t := texts.get(layout.CPU_MAX)) is not None:
+            q, p = parse_cpu_max(t)
+            out = replace(out, cpu_quota=q if q > 0 else UNLIMITED, cpu_period=p)
+        for name in (layout.MEMORY_LIMIT, layout.MEMORY_MAX):
+            if (t := texts.get(name)) is not None:
+                canon = layout.canonical(name, t)
+                out = replace(out, memory_limit=UNLIMITED if canon == "max" else int(canon))
+        if (t := texts.get(layout.CPU_WEIGHT)) is not None and not same(layout.CPU_WEIGHT, t):
+            out = replace(out, cpu_shares=2 + (int(t) - 1) * 262142 // 9999)
+    except ValueError:
+        return None
+    return out
+
+
+DEFAULT_TIMING = sm.Timing()
+
+
+class ResizeEngine:
+    def __init__(
+        self,
+        settings: Settings,
+        env: Environment,
+        runtime: ContainerUpdater | None,
+        *,
+        store: CheckpointStore | None = None,
+        cgroup: CgroupStepRunner | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        timing: sm.Timing = DEFAULT_TIMING,
+    ) -> None:
+        self.settings = settings
+        self.env = env
+        self.runtime = runtime
+        self.store = store or CheckpointStore(settings.state_dir)
+        self.cgroup = cgroup or file_runner(env.files)
+        self.clock = clock
+        self.timing = timing
+        self.capacity = NodeCapacity(settings.allocatable, settings.cpu_manager_policy)
+        self._state = sm.EngineState()
+        self._pods: dict[PodUID, PodView] = {}
+        self._saved: bytes | None = None
+
+    # ---- pods in ----
+
+    def start(self, pods: Sequence[PodView]) -> list[Problem]:
+        """Load the checkpoint (or rebuild it from the kernel), admit every existing pod at its allocated
+        values, and only then queue the pods' pending resizes. Returns the warnings for the log."""
+        problems: list[Problem] = []
+        try:
+            records = self.store.load()
+        except CheckpointCorrupt as err:
+            moved = self.store.quarantine()
+            problems.append(
+                Problem(None, f"{err}; moved to {moved}; rebuilding the allocated state from the kernel")
+            )
+            records = None
+        if records is None:
+            if not problems:
+                problems.append(
+                    Problem(
+                        None,
+                        f"no resize checkpoint at {self.store.path}: allocated state rebuilt from the kernel",
+                    )
+                )
+            records = self._rebuild(pods)
+        self._state = sm.restore(records)
+        self._pods = {}
+        self.observe(pods)
+        self._save()
+        return problems
+
+    def observe(self, pods: Sequence[PodView]) -> None:
+        """The node's full pod list (a resync): departed pods leave, the others arrive in list order."""
+        self._pods = {p.uid: p for p in pods}
+        self._state = sm.observe(self._state, pods)
+
+    def update(self, pod: PodView) -> None:
+        """One pod update (a watch event), in arrival order."""
+        self._pods[pod.uid] = pod
+        self._state = sm.observe_pod(self._state, pod)
+
+    def remove(self, uid: PodUID) -> None:
+        self._pods.pop(uid, None)
+        self._state = sm.remove_pod(self._state, uid)
+
+    # ---- state out ----
+
+    def status(self, uid: PodUID) -> ResizeStatus | None:
+        rec = self._state.records.get(uid)
+        return rec.status() if rec is not None else None
+
+    def statuses(self) -> tuple[ResizeStatus, ...]:
+        out = [r.status() for r in self._state.records.values()]
+        return tuple(sorted((s for s in out if s is not None), key=lambda s: s.pod))
+
+    def effective_pods(self) -> tuple[PodView, ...]:
+        """The node's pods at their allocated values: what every cgroup value is computed from."""
+        out = []
+        for uid, pod in self._pods.items():
+            rec = self._state.records.get(uid)
+            out.append(with_allocation(pod, rec.allocated) if rec is not None else pod)
+        return tuple(out)
+
+    # ---- one pass ----
+
+    def reconcile(self) -> PassReport:
+        files = self.env.files
+
+        def run(plan: Plan, node: NodeDiff) -> Execution:
+            return execute(plan, self.cgroup, self.runtime, on_step=self._on_step)
+
+        return self._pass(files, run, include_containers=self.runtime is not None, save=True)
+
+    def dry_run(self) -> PassReport:
+        """The steps `reconcile` would run now, in order, assuming each succeeds; nothing is written and
+        the engine's state is left as it was. Container steps are shown even without a runtime."""
+        saved_state, saved_bytes = self._state, self._saved
+        sim = _Simulated(self.env.files)
+        try:
+            return self._pass(sim, sim.run, include_containers=True, save=False)
+        finally:
+            self._state, self._saved = saved_state, saved_bytes
+
+    def _pass(
+        self,
+        reader: Reader,
+        run: Callable[[Plan, NodeDiff], Execution],
+        *,
+        include_containers: bool,
+        save: bool,
+    ) -> PassReport:
+        report = PassReport()
+        now = self.clock()
+        pods = list(self._pods.values())
+        self._state, accepted = sm.admit_pending(self._state, pods, self.capacity, now, self.timing)
+        if accepted and save:
+            self._save()  # allocated state on disk before any step that depends on it
+        snap = self.snapshot(reader)
+        report.warnings.extend(snap.node.warnings)
+        report.errors.extend(snap.node.errors)
+        handled: set[str] = set()
+        for rec in sm.queue(self._state):
+            if not sm.due(rec, now) or rec.uid not in self._pods:
+                continue
+            handled.add(rec.pod)
+            wrote = self._drive(rec.uid, snap, reader, run, report, include_containers, save)
+            if wrote:
+                snap = self.snapshot(reader)
+        skip = set(handled)
+        frozen: set[tuple[str, str]] = set()
+        for rec in self._state.records.values():
+            if sm.backing_off(rec, now):
+                skip.add(rec.pod)
+            frozen |= {(rec.pod, c) for c in self._waiting_restarts(rec)}
+        node = restrict(snap.node, None, exclude=skip, frozen_containers=frozen)
+        plan = build_plan(
+            node,
+            snap.extra,
+            include_containers=include_containers,
+            reclaim_step_down=self.settings.memory_reclaim_step_down,
+        )
+        if plan.steps or plan.errors:
+            execution = run(plan, node)
+            report.passes.append(PodPass(None, plan, execution))
+            failed = execution.failed
+            if failed is not None:
+                report.errors.append(
+                    Problem(getattr(failed.step, "pod", None), f"{describe(failed.step)}: {failed.error}")
+                )
+        if save:
+            self._save()
+        report.statuses = self.statuses()
+        return report
+
+    def snapshot(self, reader: Reader) -> Snapshot:
+        comp = compute_node(self.effective_pods(), self.settings.compute_config(self.env.hugepage_sizes))
+        wanted = desired_files(
+            comp, self.env.hierarchy, self.env.render_options, self.env.container_render_options, True
+        )
+        paths, dirs = paths_to_read(wanted)
+        observed = Observation({p: reader.read(p) for p in paths}, {d: reader.exists(d) for d in dirs})
+        extra_paths: dict[str, None] = {}
+        for f in wanted:
+            s = f.setting
+            if s.controller is Controller.MEMORY:
+                if s.version is CgroupVersion.V1:
+                    extra_paths[f"{s.directory}/{layout.MEMORY_USAGE_V1}"] = None
+                    extra_paths[f"{s.directory}/{layout.MEMORY_MEMSW}"] = None
+                else:
+                    extra_paths[f"{s.directory}/{layout.MEMORY_CURRENT}"] = None
+        extra = {p: reader.read(p) for p in extra_paths}
+        node, waiting = not_yet_created(diff(comp, wanted, observed))
+        return Snapshot(node, extra, waiting)
+
+    # ---- driving one pod ----
+
+    def _waiting_restarts(self, rec: sm.PodRecord) -> set[str]:
+        """Containers stopped for RestartContainer that have not come back yet (same container ID)."""
+        pod = self._pods.get(rec.uid)
+        if pod is None:
+            return set()
+        out = set()
+        for name, cid in rec.restarted.items():
+            st = pod.status_of(name)
+            if st is not None and st.container_id == cid:
+                out.add(name)
+        return out
+
+    def _drive(
+        self,
+        uid: PodUID,
+        snap: Snapshot,
+        reader: Reader,
+        run: Callable[[Plan, NodeDiff], Execution],
+        report: PassReport,
+        include_containers: bool,
+        save: bool,
+    ) -> bool:
+        """Actuate one admitted pod; returns whether anything was written."""
+        rec = self._state.records[uid]
+        pod = self._pods[uid]
+        if rec.pod in snap.waiting:
+            self._outcome(
+                uid, sm.Outcome(reason="WaitingForPodCgroup", message="the pod's cgroup does not exist yet")
+            )
+            return False
+        waiting = self._waiting_restarts(rec)
+        frozen = {(rec.pod, c) for c in waiting}
+        node = restrict(snap.node, {rec.pod}, frozen_containers=frozen)
+        restarts = restarts_for(node, pod, rec.restarted) if include_containers else set()
+        plan = build_plan(
+            node,
+            snap.extra,
+            include_containers=include_containers,
+            restarts=restarts,
+            reclaim_step_down=self.settings.memory_reclaim_step_down,
+        )
+        execution = run(plan, node) if plan.steps else Execution()
+        report.passes.append(PodPass(rec.pod, plan, execution))
+        if plan.refused is not None:
+            if waiting:
+                self._outcome(uid, _waiting_outcome(waiting))
+            else:
+                self._outcome(uid, sm.Outcome(failed=True, reason="PlanRefused", message=plan.refused))
+            return False
+        failed = execution.failed
+        if failed is not None:
+            message = f"{describe(failed.step)}: {failed.error}"
+            self._outcome(uid, sm.Outcome(failed=True, reason="StepFailed", message=message))
+            report.errors.append(Problem(rec.pod, message))
+            return execution.writes > 0
+        # read back: the pod is done only when the kernel shows its allocated values
+        after = self.snapshot(reader) if execution.writes else snap
+        rest = restrict(after.node, {rec.pod}, tiers=False, frozen_containers=frozen)
+        remaining = [f for f in rest.changes if f.desired.pod == rec.pod]
+        if plan.blocked:
+            b = plan.blocked[0]
+            self._outcome(uid, sm.Outcome(reason="MemoryUsageAboveLimit", message=b.message))
+        elif waiting or restarts:
+            self._outcome(uid, _waiting_outcome(waiting | {c for _, c in restarts}))
+        elif (
+            remaining
+            and not include_containers
+            and all(f.desired.owner is Owner.CONTAINER for f in remaining)
+        ):
+            self._outcome(
+                uid,
+                sm.Outcome(reason="NoRuntime", message="no CRI endpoint: container values cannot be updated"),
+            )
+        elif remaining:
+            self._outcome(
+                uid,
+                sm.Outcome(
+                    reason="Actuating", message=f"{len(remaining)} value(s) still differ from the allocation"
+                ),
+            )
+        else:
+            self._outcome(uid, sm.Outcome(done=True))
+        return execution.writes > 0
+
+    def _outcome(self, uid: PodUID, outcome: sm.Outcome) -> None:
+        self._state = sm.actuated(self._state, uid, outcome, self.clock(), self.timing)
+
+    def _on_step(self, outcome: StepOutcome) -> None:
+        step = outcome.step
+        if outcome.ok and isinstance(step, RestartStep):
+            self._state = sm.mark_restarted(self._state, step.pod_uid, step.container, step.container_id)
+            self._save()  # so a restart never repeats for the same allocation
+
+    # ---- checkpoint ----
+
+    def _save(self) -> None:
+        data = encode(self._state.records.values())
+        if data == self._saved:
+            return
+        self.store.save(self._state.records.values())
+        self._saved = data
+
+    def _rebuild(self, pods: Sequence[PodView]) -> list[sm.PodRecord]:
+        """Allocated state from what the kernel shows (spec values where they match exactly)."""
+        cfg = self.settings.compute_config(self.env.hugepage_sizes)
+        comp = compute_node(pods, cfg)
+        wanted = desired_files(
+            comp, self.env.hierarchy, self.env.render_options, self.env.container_render_options, True
+        )
+        texts: dict[tuple[str, str], dict[str, str | None]] = {}
+        for d in wanted:
+            if d.owner is Owner.CONTAINER and d.pod is not None and d.container is not None:
+                texts.setdefault((d.pod, d.container), {})[d.setting.filename] = self.env.files.read(
+                    d.setting.path
+                )
+        out = []
+        for pc in comp.pods:
+            observed: dict[str, ContainerValues] = {}
+            for cc in pc.containers:
+                values = container_values_from(texts.get((pc.pod.key, cc.container.name), {}), cc.values)
+                if values is not None:
+                    observed[cc.container.name] = values
+            alloc = rebuild_allocation(pc.pod, observed, cfg)
+            out.append(sm.PodRecord(pc.pod.uid, pc.pod.key, alloc, alloc))
+        return out
+
+
+def _waiting_outcome(containers: set[str]) -> sm.Outcome:
+    names = ", ".join(sorted(containers))
+    return sm.Outcome(
+        reason="WaitingForRestart",
+        message=f"container(s) {names} stopped for resize policy RestartContainer; waiting for the kubelet "
+        "to start them with the new values",
+    )
+
+
+def is_settled(status: ResizeStatus | None) -> bool:
+    return status is None or status.state in (ResizeState.DONE, ResizeState.INFEASIBLE)
