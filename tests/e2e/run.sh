@@ -67,7 +67,7 @@ teardown() {
   # Fallbacks after a crash, all by PID: shims serving our socket, then processes still in our cgroups.
   for p in /proc/[0-9]*; do
     pid=${p#/proc/}
-    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -F -- "-address $SOCK " >/dev/null; then
+    if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -F -- "-address $SOCK " >/dev/null; then
       echo "killing leftover shim $pid"; kill -9 "$pid" 2>/dev/null
     fi
   done
