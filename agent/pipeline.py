@@ -10,17 +10,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from cgroupfs.files import CgroupFiles
-from cgroupfs.hugepages import node_hugepage_sizes
-from cgroupfs.mounts import detect_hierarchy
-
 from agent.compute import NodeComputation, compute_node
 from agent.diff import DesiredFile, NodeDiff, Observation, desired_files, diff, paths_to_read
 from agent.model import PodView, Problem
 from agent.plan import Plan, build_plan, usage_paths
 from agent.pods.load import Loaded, SourceError, load_path
 from agent.settings import Settings
+from cgroupfs.files import CgroupFiles
+from cgroupfs.hugepages import node_hugepage_sizes
 from cgroupfs.layout import Hierarchy, RenderOptions, cgroup_directory
+from cgroupfs.mounts import detect_hierarchy
 from cgroupfs.types import Controller
 
 
