@@ -93,11 +93,9 @@ def compute(
 
 
 def observe(env: Environment, files: tuple[DesiredFile, ...]) -> Observation:
-    paths, dirs = paths_to_read(files)
-    return Observation(
-        files={p: env.files.read(p) for p in paths},
-        dirs={d: env.files.exists(d) for d in dirs},
-    )
+    paths, _ = paths_to_read(files)
+    texts, dirs = env.files.read_many(paths)
+    return Observation(files=texts, dirs=dirs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,5 +116,5 @@ def run(settings: Settings, include_containers: bool = True, env: Environment | 
         comp, env.hierarchy, env.render_options, env.container_render_options, include_containers
     )
     node_diff = diff(comp, wanted, observe(env, wanted))
-    extra = {p: env.files.read(p) for p in usage_paths(node_diff)}
+    extra, _ = env.files.read_many(usage_paths(node_diff))
     return Result(env, node_diff, extra)

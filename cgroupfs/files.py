@@ -194,13 +194,18 @@ class _Walker:
         except CgroupNotFound:
             return None
         try:
-            fd = os.open(parts[-1], _READ_FLAGS, dir_fd=dfd)
+            return self._read_at(dfd, parts[-1], relpath)
+        finally:
+            os.close(dfd)
+
+    def _read_at(self, dfd: int, name: str, relpath: str) -> str | None:
+        """Read `name` inside an already opened (and so already confined) directory."""
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dfd)
         except OSError as err:
             if err.errno == errno.ENOENT:
                 return None
             raise _oserror("read", relpath, err) from err
-        finally:
-            os.close(dfd)
         chunks: list[bytes] = []
         try:
             while chunk := os.read(fd, 65536):
@@ -212,6 +217,37 @@ class _Walker:
         finally:
             os.close(fd)
         return b"".join(chunks).decode("utf-8", errors="replace")
+
+    def _read_grouped(
+        self, items: Iterable[tuple[str, tuple[str, ...]]]
+    ) -> tuple[dict[str, str | None], dict[str, bool]]:
+        """Read many files, walking each directory once: (contents by path, existence by directory).
+
+        A node has tens of thousands of such files; opening every path component again for each file
+        dominated the agent's time, so files are grouped by their directory.
+        """
+        by_dir: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+        for relpath, parts in items:
+            if not parts:
+                raise CgroupPathRefused("read", relpath, "the top of the tree is not a file")
+            by_dir.setdefault(parts[:-1], []).append((relpath, parts[-1]))
+        files: dict[str, str | None] = {}
+        dirs: dict[str, bool] = {}
+        for dparts, members in by_dir.items():
+            reldir = "/".join(dparts)
+            try:
+                dfd = self._open_dir("read", reldir, dparts)
+            except CgroupNotFound:
+                dirs[reldir] = False
+                files.update((rel, None) for rel, _ in members)
+                continue
+            dirs[reldir] = True
+            try:
+                for rel, name in members:
+                    files[rel] = self._read_at(dfd, name, rel)
+            finally:
+                os.close(dfd)
+        return files, dirs
 
     def _exists(self, relpath: str, parts: tuple[str, ...]) -> bool:
         try:
@@ -282,6 +318,10 @@ class CgroupFiles(_Walker):
     def read(self, relpath: str) -> str | None:
         """The file's text, None when the file or its cgroup does not exist."""
         return self._read(relpath, self._confine("read", relpath, is_file=True))
+
+    def read_many(self, relpaths: Iterable[str]) -> tuple[dict[str, str | None], dict[str, bool]]:
+        """Read many files at once: their texts (None when absent) and whether each directory exists."""
+        return self._read_grouped((r, self._confine("read", r, is_file=True)) for r in relpaths)
 
     def exists(self, reldir: str) -> bool:
         return self._exists(reldir, self._confine("exists", reldir, is_file=False))
