@@ -61,6 +61,12 @@ _FLAG_KEYS = {
     "cpu_weight_formula": "cpuWeightFormula",
     "state_dir": "stateDir",
     "create_qos_cgroups": "createQOSCgroups",
+    "metrics_bind_address": "metricsBindAddress",
+    "health_bind_address": "healthBindAddress",
+    "resync_period": "resyncPeriod",
+    "observe_only": "observeOnly",
+    "log_format": "logFormat",
+    "log_level": "logLevel",
 }
 
 
@@ -111,8 +117,16 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--kubelet-config", default="/var/lib/kubelet/config.yaml")
     c.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
-    r = sub.add_parser("run", help="the daemon")
+    r = sub.add_parser("run", help="the daemon: watch the node's pods and reconcile continuously")
     _common(r)
+    r.add_argument("--metrics-bind-address", help="host:port for /metrics (default 127.0.0.1:9812)")
+    r.add_argument("--health-bind-address", help="host:port for /healthz and /readyz (default 127.0.0.1:9813)")
+    r.add_argument("--resync-period", help="full reconcile interval, e.g. 60s (default 60s)")
+    r.add_argument("--observe-only", action="store_const", const=True, default=None,
+                   help="report drift, write nothing")
+    r.add_argument("--create-qos-cgroups", action="store_const", const=True, default=None)
+    r.add_argument("--log-format", choices=["auto", "json", "console"])
+    r.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     return p
 
 
@@ -177,7 +191,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    raise UsageError("the daemon (run) is not available in this build yet; use apply for one reconcile")
+    from agent.daemon import run
+
+    return run(build_settings(args))
 
 
 COMMANDS = {

@@ -54,6 +54,20 @@ class Settings:
     observe_only: bool = False
     ownership: Mapping[str, str] = field(default_factory=dict)
     memory_reclaim_step_down: bool = False  # seed 000: step a held-back memory limit down toward usage
+    # The daemon (`run`): how the kubepods size is derived when `allocatable` is not given, what `auto`
+    # ownership decides from, how drift is handled, and how it logs.
+    kube_reserved: Resources | None = None
+    system_reserved: Resources | None = None
+    eviction_hard_memory: str = "100Mi"  # evictionHard memory.available, the kubelet's default
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)  # the kubelet's featureGates
+    kubelet_version: str | None = None  # None = read from the Node object (or no kubelet, standalone)
+    drift_max_reverts: int = 3
+    drift_backoff_s: float = 10.0
+    workers: int = 2
+    pods_poll_interval_s: float = 2.0
+    reconciler: str = "auto"  # auto | engine | pipeline (see agent.daemon.select_reconciler)
+    log_format: str = "auto"  # auto | json | console
+    log_level: str = "info"
 
     @property
     def cgroup_root_name(self) -> CgroupName:
@@ -193,6 +207,58 @@ def _ownership(v: object) -> Mapping[str, str]:
     return {str(k): str(val) for k, val in v.items()}
 
 
+def _bind_address(v: object) -> str:
+    """host:port; the daemon binds only there (127.0.0.1 unless configured)."""
+    text = _str(v)
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not host:port, e.g. 127.0.0.1:9812")
+    return text
+
+
+def _feature_gates(v: object) -> Mapping[str, bool]:
+    if not isinstance(v, Mapping):
+        raise ValueError("featureGates must be a map of gate name to true/false")
+    return {str(k): _bool(val) for k, val in v.items()}
+
+
+def _eviction_hard(v: object) -> str:
+    """evictionHard as the kubelet writes it ({memory.available: 100Mi}); only memory matters here."""
+    if not isinstance(v, Mapping):
+        raise ValueError("evictionHard must be a map like {memory.available: 100Mi}")
+    value = v.get("memory.available", "100Mi")
+    text = _str(value)
+    if text.endswith("%"):
+        parse_percent(text)
+    else:
+        from agent.pods import quantity
+
+        quantity.to_int(text, "evictionHard memory.available")
+    return text
+
+
+def _positive_int(v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{v!r} is not a positive integer")
+    return v
+
+
+def _kubelet_version(v: object) -> str:
+    text = _str(v)
+    if not re.fullmatch(r"v?\d+\.\d+(\.\d+)?([-+].*)?", text):
+        raise ValueError(f"{text!r} is not a version like v1.33.2")
+    return text
+
+
+def _choice(*allowed: str) -> Any:
+    def convert(v: object) -> str:
+        if str(v) not in allowed:
+            raise ValueError(f"{v!r} is not one of {', '.join(allowed)}")
+        return str(v)
+
+    return convert
+
+
 _KEYS: Final[dict[str, tuple[str, Any]]] = {
     "cgroupfs": ("cgroupfs", lambda v: Path(_str(v))),
     "cgroupRoot": ("cgroup_root", _str),
@@ -214,11 +280,23 @@ _KEYS: Final[dict[str, tuple[str, Any]]] = {
     "createQOSCgroups": ("create_qos_cgroups", _bool),
     "stateDir": ("state_dir", lambda v: Path(_str(v))),
     "resyncPeriod": ("resync_period_s", _seconds),
-    "metricsBindAddress": ("metrics_bind_address", _str),
-    "healthBindAddress": ("health_bind_address", _str),
+    "metricsBindAddress": ("metrics_bind_address", _bind_address),
+    "healthBindAddress": ("health_bind_address", _bind_address),
     "observeOnly": ("observe_only", _bool),
     "ownership": ("ownership", _ownership),
     "memoryReclaimStepDown": ("memory_reclaim_step_down", _bool),
+    "kubeReserved": ("kube_reserved", parse_allocatable),
+    "systemReserved": ("system_reserved", parse_allocatable),
+    "evictionHard": ("eviction_hard_memory", _eviction_hard),
+    "featureGates": ("feature_gates", _feature_gates),
+    "kubeletVersion": ("kubelet_version", _kubelet_version),
+    "driftMaxReverts": ("drift_max_reverts", _positive_int),
+    "driftBackoff": ("drift_backoff_s", _seconds),
+    "workers": ("workers", _positive_int),
+    "podsPollInterval": ("pods_poll_interval_s", _seconds),
+    "reconciler": ("reconciler", _choice("auto", "engine", "pipeline")),
+    "logFormat": ("log_format", _choice("auto", "json", "console")),
+    "logLevel": ("log_level", _choice("debug", "info", "warning", "error")),
 }
 _PATH_KEYS: Final = {"cgroupfs", "pods", "stateDir", "kubeconfig"}
 
@@ -261,6 +339,12 @@ def validate(s: Settings) -> list[str]:
         problems.append(f"cgroupRoot {s.cgroup_root!r}: {err}")
     if s.resync_period_s <= 0:
         problems.append("resyncPeriod must be positive")
+    if s.drift_backoff_s <= 0:
+        problems.append("driftBackoff must be positive")
+    if s.pods_poll_interval_s <= 0:
+        problems.append("podsPollInterval must be positive")
+    if s.metrics_bind_address == s.health_bind_address and not s.metrics_bind_address.endswith(":0"):
+        problems.append(f"metricsBindAddress and healthBindAddress are both {s.metrics_bind_address}")
     if s.cri_endpoint is not None and not (
         s.cri_endpoint.startswith("unix://") or s.cri_endpoint.startswith("/")
     ):

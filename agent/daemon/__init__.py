@@ -1,0 +1,192 @@
+"""`kube-cgroup-agent run`: wire the daemon from the settings, run it until SIGTERM, exit 0.
+
+Two sources: the Kubernetes API (the node's pods, list+watch; Events and the pod condition as
+reports), or, with `pods` set to a directory, manifests on a bare node (reports go to the log).
+Everything is checked before anything starts, and every problem is reported at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from agent import pipeline
+from agent.daemon.core import Daemon, PodSource
+from agent.daemon.ownership import Ownership, Thing, resolve
+from agent.daemon.pipeline_reconciler import PipelineReconciler
+from agent.daemon.reconciler import Reconciler
+from agent.execute import ContainerUpdater
+from agent.kube.status import StatusReporter
+from agent.logging import configure, get_logger
+from agent.metrics import Endpoints, Metrics, Probe
+from agent.settings import ConfigError, Settings
+
+log = get_logger("agent.daemon")
+
+__all__ = ["Daemon", "check_settings", "run", "select_reconciler"]
+
+
+def check_settings(settings: Settings) -> list[str]:
+    """What stops the daemon from starting, one line per problem (the settings are valid on their own)."""
+    problems: list[str] = []
+    if settings.pods is None:
+        if not (settings.node_name or os.environ.get("NODE_NAME")):
+            problems.append("nodeName (or --node, or NODE_NAME) is needed to watch this node's pods")
+    elif settings.pods == "-" or not Path(settings.pods).is_dir():
+        problems.append(f"pods {settings.pods!r}: the daemon watches a directory of manifests")
+    if not settings.cgroupfs.is_dir():
+        problems.append(f"cgroupfs {settings.cgroupfs} is not a directory")
+    try:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(settings.state_dir, os.W_OK):
+            problems.append(f"stateDir {settings.state_dir} is not writable")
+    except OSError as err:
+        problems.append(f"stateDir {settings.state_dir}: {err.strerror}")
+    return problems
+
+
+def _cri(settings: Settings) -> ContainerUpdater | None:
+    if not settings.cri_endpoint:
+        return None
+    from agent.cri.client import CRIClient
+
+    client: ContainerUpdater = CRIClient(settings.cri_endpoint)
+    return client
+
+
+def _wait_for_node(core: Any, node: str, settings: Settings, stop: threading.Event) -> Any:
+    from agent.kube.errors import APIError
+    from agent.kube.node import node_info, read_node
+    from agent.queue import Backoff
+
+    backoff = Backoff(base=1.0, cap=30.0)
+    while True:
+        try:
+            return node_info(read_node(core, node), settings)
+        except APIError as err:
+            delay = backoff.next("node")
+            log.warning("node.unavailable", node=node, error=str(err), retry_in_s=delay)
+            if stop.wait(delay):
+                return None
+
+
+def select_reconciler(
+    settings: Settings, env: pipeline.Environment, ownership: Ownership, cri: ContainerUpdater | None
+) -> Reconciler:
+    """`engine` (the resize engine: admission, RestartContainer, allocated-state checkpoint) when the agent
+    owns every managed thing; otherwise `pipeline`, which writes only what the agent owns, backs off
+    from drift and yields to another writer. `reconciler: engine|pipeline` forces one."""
+    choice = settings.reconciler
+    if choice == "auto":
+        everything = all(ownership.writes(t) for t in Thing)
+        choice = "engine" if everything else "pipeline"
+    log.info("reconciler", kind=choice, setting=settings.reconciler)
+    if choice == "engine":
+        from agent.daemon.engine_reconciler import EngineReconciler
+        from agent.resize.engine import ResizeEngine
+
+        return EngineReconciler(ResizeEngine(settings, env, cri), observe_only=settings.observe_only)
+    return PipelineReconciler(settings, env, ownership, cri)
+
+
+def _log_ownership(ownership: Ownership) -> None:
+    for thing in Thing:
+        log.info(
+            "ownership", thing=thing.value, owner=ownership.owner(thing).value, why=ownership.reasons[thing]
+        )
+
+
+def run(settings: Settings) -> int:
+    configure(settings.log_format, settings.log_level)
+    problems = check_settings(settings)
+    if problems:
+        raise ConfigError(problems)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    env = pipeline.environment(settings)
+    metrics = Metrics()
+    node = settings.node_name or os.environ.get("NODE_NAME")
+    source: PodSource
+    reporter: StatusReporter
+    if settings.pods is not None:
+        from agent.daemon.directory import DirectorySource
+        from agent.kube.status import LogStatusReporter
+
+        source = DirectorySource(Path(settings.pods), settings.pods_poll_interval_s)
+        reporter = LogStatusReporter()
+        kubelet_version = settings.kubelet_version
+        log.info("source", kind="directory", directory=settings.pods)
+    else:
+        assert node is not None
+        from agent.kube.client import api_client, core_v1
+        from agent.kube.status import APIStatusReporter
+        from agent.kube.watch import PodWatcher
+
+        core = core_v1(api_client(settings.kubeconfig))
+        info = _wait_for_node(core, node, settings, stop)
+        if info is None:
+            return 0
+        settings = replace(settings, allocatable=info.allocatable)
+        kubelet_version = info.kubelet_version
+        log.info(
+            "node",
+            node=node,
+            kubelet=kubelet_version,
+            allocatable_from=info.allocatable_source,
+            cpu_milli=info.allocatable.cpu_milli if info.allocatable else None,
+            memory=info.allocatable.memory if info.allocatable else None,
+        )
+        source = PodWatcher(core, node, metrics)
+        reporter = APIStatusReporter(core, node, metrics)
+
+    ownership = resolve(settings.ownership, kubelet_version, settings.feature_gates, settings.observe_only)
+    _log_ownership(ownership)
+    cri = _cri(settings)
+    if cri is None and ownership.writes(Thing.CONTAINER_RESIZES):
+        log.warning(
+            "cri.none", message="no criEndpoint: container values that differ are left to the runtime"
+        )
+    reconciler = select_reconciler(settings, env, ownership, cri)
+    daemon = Daemon(
+        reconciler,
+        source,
+        reporter,
+        metrics,
+        node=node,
+        resync_period_s=settings.resync_period_s,
+        workers=settings.workers,
+    )
+    daemon.stop = stop
+    endpoints = Endpoints(
+        metrics,
+        Probe(daemon.healthy, daemon.ready),
+        settings.metrics_bind_address,
+        settings.health_bind_address,
+    )
+    log.info(
+        "started",
+        endpoints=list(endpoints.addresses),
+        observe_only=settings.observe_only,
+        resync_period_s=settings.resync_period_s,
+        state_dir=str(settings.state_dir),
+    )
+    daemon.start()
+    while not stop.wait(0.5):
+        pass
+    log.info("stopping")
+    daemon.shutdown()
+    endpoints.close()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,295 @@
+"""The reconcile loop: a pod cache fed by a source, a work queue, workers, a resync timer, reporting.
+
+Why this shape (kopf's reactor, the kubelet's QoS manager):
+- the source (API watch, or a manifest directory) runs in its own thread and only updates the cache and
+  enqueues keys; it never waits for a reconcile;
+- a key is a pod UID or TIERS; the queue coalesces (latest state wins) and never hands one key to two
+  workers, so a pod's passes never overlap; a pod's arrival, change or departure also enqueues TIERS;
+- every `resyncPeriod` every pod and the tiers are enqueued again: missed events, drift and the tiers'
+  qos-reserved retry are caught there (the kubelet does its QoS pass every 60 s);
+- a pod that cannot be read or computed gets an Event and a log line, and the other pods go on;
+- stopping: the source stops, the queue stops handing out work, each worker finishes its current step
+  (never more), the checkpoint is flushed, queued reports are sent, and `run` returns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from agent.compute.node import TERMINAL_PHASES
+from agent.daemon.reconciler import Outcome, Reconciler, Report
+from agent.kube.status import PodRef, StatusReporter
+from agent.kube.watch import PodSink, pod_identity
+from agent.logging import get_logger
+from agent.metrics import Metrics
+from agent.model import PodUID, PodView
+from agent.pods.parse import PodParseError, parse_pod
+from agent.queue import TIERS, ShutDown, WorkQueue
+
+log = get_logger("agent.daemon")
+
+
+class PodSource(Protocol):
+    def run(self, sink: PodSink, stop: threading.Event) -> None: ...
+
+    def interrupt(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    raw: Mapping[str, Any]
+    ref: PodRef
+    view: PodView | None  # None when the pod could not be read
+
+
+class Daemon:
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        source: PodSource,
+        reporter: StatusReporter,
+        metrics: Metrics,
+        *,
+        node: str | None,
+        resync_period_s: float,
+        workers: int = 2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.reconciler = reconciler
+        self.source = source
+        self.reporter = reporter
+        self.metrics = metrics
+        self.node = node
+        self.resync_period_s = resync_period_s
+        self.workers = workers
+        self.clock = clock
+        self.queue = WorkQueue()
+        self.stop = threading.Event()
+        self._cache: dict[str, _Entry] = {}
+        self._invalid: dict[str, str] = {}  # uid -> the parse error last reported
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._tiers_done = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._source_thread: threading.Thread | None = None
+
+    # -- the sink the sources call -----------------------------------------------------------------
+
+    def snapshot(self, pods: list[Mapping[str, Any]]) -> None:
+        seen: set[str] = set()
+        if not self._synced.is_set():
+            self._start_reconciler(pods)
+        for raw in pods:
+            uid = self._ingest(raw)
+            if uid:
+                seen.add(uid)
+        with self._lock:
+            gone = [uid for uid in self._cache if uid not in seen]
+            for uid in gone:
+                del self._cache[uid]
+        for uid in gone:
+            self.queue.add(uid)
+        self.queue.add(TIERS)
+        self._synced.set()
+
+    def _start_reconciler(self, pods: list[Mapping[str, Any]]) -> None:
+        """The reconciler sees the node's first full pod list before any pass (the resize engine admits
+        every existing pod at its allocated values first)."""
+        views = []
+        for raw in pods:
+            try:
+                views.append(parse_pod({"kind": "Pod", **raw}))
+            except PodParseError:
+                continue  # reported when the pod is ingested
+        for warning in self.reconciler.start(views):
+            log.warning("reconciler.start", message=warning)
+
+    def upsert(self, pod: Mapping[str, Any]) -> None:
+        self._ingest(pod)
+        self.queue.add(TIERS)
+
+    def removed(self, uid: str, key: str) -> None:
+        with self._lock:
+            self._cache.pop(uid, None)
+            self._invalid.pop(uid, None)
+        if uid:
+            self.queue.add(uid)
+        self.queue.add(TIERS)
+
+    def _ingest(self, raw: Mapping[str, Any]) -> str | None:
+        uid, key = pod_identity(raw)
+        namespace, _, name = key.partition("/")
+        ref = PodRef(namespace, name, uid)
+        node = (raw.get("spec") or {}).get("nodeName") if isinstance(raw.get("spec"), Mapping) else None
+        if self.node is not None and node is not None and node != self.node:
+            return None  # not ours (a manifest for another node)
+        try:
+            view: PodView | None = parse_pod({"kind": "Pod", **raw})
+        except PodParseError as err:
+            view = None
+            self.metrics.errors.labels("PodParseError").inc()
+            if self._invalid.get(uid) != err.message:
+                self._invalid[uid] = err.message
+                log.warning("pod.invalid", pod=key, pod_uid=uid, error=err.message)
+                if uid:
+                    self.reporter.event(ref, "InvalidPod", err.message, warning=True)
+        if not uid:
+            return None
+        with self._lock:
+            previous = self._cache.get(uid)
+            self._cache[uid] = _Entry(raw, ref, view)
+        if previous is None or previous.raw != raw:
+            self.queue.add(uid)
+        return uid
+
+    # -- workers -------------------------------------------------------------------------------------
+
+    def _views(self) -> list[PodView]:
+        with self._lock:
+            return [
+                e.view
+                for e in self._cache.values()
+                if e.view is not None and e.view.phase not in TERMINAL_PHASES
+            ]
+
+    def _work(self) -> None:
+        while True:
+            try:
+                key = self.queue.get()
+            except ShutDown:
+                return
+            try:
+                self._process(key)
+            except Exception as err:  # a bug in one pass must not kill the worker
+                self.metrics.errors.labels(type(err).__name__).inc()
+                log.exception("reconcile.crashed", key=key)
+                self.queue.add_after(key, 5.0)
+            finally:
+                self.queue.done(key)
+
+    def _process(self, key: str) -> None:
+        start = self.clock()
+        if key == TIERS:
+            with structlog.contextvars.bound_contextvars(scope="tiers"):
+                report = self.reconciler.reconcile_tiers(self._views(), self.stop.is_set)
+                self._finish(key, None, report, start)
+            if report.outcome is not Outcome.INTERRUPTED:
+                self._tiers_done.set()
+            return
+        with self._lock:
+            entry = self._cache.get(key)
+        if entry is None or entry.view is None or entry.view.phase in TERMINAL_PHASES:
+            if entry is None:
+                self.reconciler.forget_pod(PodUID(key))
+                log.debug("reconcile", scope="pod", pod_uid=key, outcome=Outcome.FORGOTTEN.value)
+            return
+        pod = entry.view
+        with structlog.contextvars.bound_contextvars(pod=pod.key, namespace=pod.namespace, pod_uid=pod.uid):
+            report = self.reconciler.reconcile_pod(pod, self.stop.is_set)
+            self._finish(key, entry.ref, report, start)
+
+    def _ref(self, uid: str) -> PodRef | None:
+        with self._lock:
+            entry = self._cache.get(uid)
+        return entry.ref if entry is not None else None
+
+    def _finish(self, key: str, ref: PodRef | None, report: Report, start: float) -> None:
+        elapsed = self.clock() - start
+        m = self.metrics
+        m.reconcile_seconds.labels(report.scope).observe(elapsed)
+        if report.writes:
+            m.writes.labels("total").inc(report.writes)
+        for cls, _ in report.errors:
+            m.errors.labels(cls).inc()
+        for note in report.drift:
+            m.drift.labels(note.thing, note.action).inc()
+            if note.action in ("yielded", "observed"):
+                log.warning("drift." + note.action, thing=note.thing, path=note.path, message=note.message)
+            elif note.action == "reapplied":
+                log.info("drift.reapplied", thing=note.thing, path=note.path, message=note.message)
+        fields: dict[str, Any] = {
+            "scope": report.scope,
+            "outcome": report.outcome.value,
+            "writes": report.writes,
+            "duration_ms": round(elapsed * 1000, 2),
+        }
+        if report.changed:
+            fields["changed"] = list(report.changed)
+        if report.errors:
+            fields["errors"] = [f"{cls}: {msg}" for cls, msg in report.errors]
+        if report.warnings:
+            fields["warnings"] = list(report.warnings)
+        if report.statuses:
+            fields["resize"] = {st.pod: st.state.value for st in report.statuses}
+        quiet = report.outcome in (Outcome.CONVERGED, Outcome.WAITING) and not report.warnings
+        (log.debug if quiet else log.info)("reconcile", **fields)
+        for event in report.events:
+            target = self._ref(event.uid) if event.uid else ref
+            if target is not None and target.uid:
+                self.reporter.event(target, event.reason, event.message, event.warning)
+        for status in report.statuses:
+            target = self._ref(status.uid)
+            if target is not None and target.uid:
+                message = f"{status.reason}: {status.message}" if status.message else status.reason
+                self.reporter.condition(target, status.state.value, status.state.value, message)
+        if report.statuses:
+            m.set_resize_states(self.reconciler.states())
+        if report.retry_after_s is not None and report.outcome is not Outcome.INTERRUPTED:
+            self.queue.add_after(key, report.retry_after_s)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def healthy(self) -> tuple[bool, str]:
+        dead = [t.name for t in self._threads if not t.is_alive()]
+        if dead and not self.stop.is_set():
+            return False, f"thread(s) {', '.join(dead)} stopped"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        if not self._synced.is_set():
+            return False, "the pod source has not delivered the node's pods yet"
+        if not self._tiers_done.is_set():
+            return False, "the QoS tiers have not been reconciled yet"
+        return True, "ok"
+
+    def _resync(self) -> None:
+        while not self.stop.wait(self.resync_period_s):
+            with self._lock:
+                keys = list(self._cache)
+            for key in keys:
+                self.queue.add(key)
+            self.queue.add(TIERS)
+            self.metrics.pods.set(len(keys))
+            log.debug("resync", pods=len(keys))
+
+    def start(self) -> None:
+        self._source_thread = threading.Thread(
+            target=self.source.run, args=(self, self.stop), name="pod-source", daemon=True
+        )
+        self._source_thread.start()
+        for i in range(self.workers):
+            t = threading.Thread(target=self._work, name=f"worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        resync = threading.Thread(target=self._resync, name="resync", daemon=True)
+        resync.start()
+        self._threads.append(resync)
+
+    def shutdown(self, timeout_s: float = 60.0) -> None:
+        """Finish the current steps, flush the checkpoint, send queued reports."""
+        self.stop.set()
+        self.source.interrupt()
+        self.queue.shutdown()
+        deadline = self.clock() + timeout_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - self.clock()))
+        self.reconciler.flush()
+        self.reporter.close(timeout=5.0)
+        if self._source_thread is not None:
+            self._source_thread.join(timeout=2.0)

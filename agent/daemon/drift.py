@@ -1,0 +1,125 @@
+"""Drift: a value the agent wrote, changed back by someone else. Pure bookkeeping, no I/O.
+
+Why: the agent and another writer (a kubelet's 60 s QoS pass, systemd re-applying unit properties, a
+runtime, an operator with echo) can undo each other forever. The agent re-applies a reverted value with
+exponential backoff; after `max_reverts` reverts it stops fighting, says so once with the likely owner,
+and waits until the value it wants changes (a new pod spec) or the other writer goes away.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from agent.daemon.ownership import Thing
+
+
+class Action(enum.StrEnum):
+    APPLY = "apply"  # write it (a new desired value, or a revert whose backoff has passed)
+    HOLD = "hold"  # reverted, and the backoff has not passed yet: write later
+    YIELD = "yield"  # reverted too often: stop fighting now, warn once
+    YIELDED = "yielded"  # already given up on this value: stay quiet
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    reverts: int = 0
+    wait_s: float = 0.0
+    drift: bool = False  # True when the difference is someone else's change, not a new desired value
+
+
+@dataclass(slots=True)
+class _Record:
+    desired: str
+    written_at: float | None = None  # when the agent last wrote `desired`
+    reverts: int = 0
+    counted: bool = False  # the current revert is already counted (not written since)
+    yielded: bool = False
+
+
+class DriftTracker:
+    def __init__(self, max_reverts: int = 3, backoff_s: float = 10.0, cap_s: float = 600.0) -> None:
+        self.max_reverts = max_reverts
+        self.backoff_s = backoff_s
+        self.cap_s = cap_s
+        self._records: dict[str, _Record] = {}
+
+    def decide(self, path: str, desired: str, now: float) -> Decision:
+        """For a file whose current value differs from `desired`."""
+        rec = self._records.get(path)
+        if rec is None or rec.desired != desired:
+            self._records[path] = _Record(desired)
+            return Decision(Action.APPLY)
+        if rec.written_at is None:
+            return Decision(Action.APPLY)  # never written successfully: not drift, a retry
+        if not rec.counted:
+            rec.reverts += 1
+            rec.counted = True
+        if rec.yielded:
+            return Decision(Action.YIELDED, rec.reverts, drift=True)
+        if rec.reverts > self.max_reverts:
+            rec.yielded = True
+            return Decision(Action.YIELD, rec.reverts, drift=True)
+        due = rec.written_at + min(self.cap_s, self.backoff_s * 2 ** (rec.reverts - 1))
+        if now < due:
+            return Decision(Action.HOLD, rec.reverts, due - now, drift=True)
+        return Decision(Action.APPLY, rec.reverts, drift=True)
+
+    def wrote(self, path: str, value: str, now: float) -> None:
+        rec = self._records.get(path)
+        if rec is None or rec.desired != value:
+            rec = self._records[path] = _Record(value)
+        rec.written_at = now
+        rec.counted = False
+
+    def converged(self, path: str) -> None:
+        """The file holds the desired value: a yielded value that came back is fought for again."""
+        rec = self._records.get(path)
+        if rec is not None and rec.yielded:
+            rec.yielded = False
+            rec.reverts = 0
+
+    def forget(self, paths: Iterable[str]) -> None:
+        for p in paths:
+            self._records.pop(p, None)
+
+    def forget_under(self, directory_part: str) -> None:
+        """Drop every record whose path holds `directory_part` (a departed pod's `pod<uid>`)."""
+        for p in [p for p in self._records if f"/{directory_part}" in p]:
+            del self._records[p]
+
+    @property
+    def yielded(self) -> tuple[str, ...]:
+        return tuple(sorted(p for p, r in self._records.items() if r.yielded))
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """For the checkpoint. `written_at` is a monotonic time, meaningless after a restart: the
+        next process treats a restored record as written long ago (its backoff has passed)."""
+        return {p: asdict(r) for p, r in self._records.items()}
+
+    def restore(self, data: Mapping[str, Mapping[str, Any]]) -> None:
+        for path, raw in data.items():
+            try:
+                self._records[str(path)] = _Record(
+                    desired=str(raw["desired"]),
+                    written_at=float("-inf") if raw.get("written_at") is not None else None,
+                    reverts=int(raw.get("reverts", 0)),
+                    counted=bool(raw.get("counted", False)),
+                    yielded=bool(raw.get("yielded", False)),
+                )
+            except (KeyError, TypeError, ValueError):
+                continue  # one bad record does not lose the others
+
+
+def likely_owner(thing: Thing, filename: str, systemd_driver: bool) -> str:
+    """Who most likely changed a value back, for the one warning the agent gives."""
+    if systemd_driver and not filename.startswith("hugetlb"):
+        return "systemd (it re-applies the slice's unit properties) or the kubelet"
+    if thing in (Thing.QOS_TIERS, Thing.QOS_RESERVED_MEMORY):
+        return "the kubelet's QoS container manager (it rewrites the tiers every 60 s)"
+    if thing is Thing.CONTAINER_RESIZES:
+        return "the container runtime or the kubelet (an in-place resize of its own)"
+    return "the kubelet's pod container manager (it writes pod cgroups on start and resize)"

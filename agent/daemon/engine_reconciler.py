@@ -1,0 +1,131 @@
+"""The resize engine (agent.resize) behind the daemon's `Reconciler` protocol.
+
+Why an adapter: the engine takes pod updates in arrival order and runs node-wide passes (admission,
+the allocated state checkpointed before any write, each admitted pod actuated with every other pod
+frozen, then the rest of the node); the daemon thinks in work items. So a pod item hands the engine that
+pod's update and runs a pass; the tiers item hands it the whole pod list and runs a pass. The engine is
+not thread-safe: one lock serialises every call, so several workers behave as one. The engine saves its
+checkpoint after every pass, and a stopping daemon lets the current pass finish (the executor stops only
+at a failed step), so nothing is ever half-ordered. In observe-only mode passes are dry runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agent.daemon.reconciler import (
+    Outcome,
+    PodEventNote,
+    Report,
+    ResizeState,
+    ResizeStatus,
+    StopRequested,
+    event_for,
+)
+from agent.execute import describe
+from agent.model import PodUID, PodView
+from agent.plan import CgroupStep, ContainerStep
+from agent.resize.engine import PassReport, ResizeEngine
+
+
+@dataclass(slots=True)
+class EngineReconciler:
+    engine: ResizeEngine
+    observe_only: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _last: dict[str, ResizeStatus] = field(default_factory=dict)
+
+    def start(self, pods: Sequence[PodView]) -> list[str]:
+        with self._lock:
+            problems = self.engine.start(pods)
+            self._last = {s.uid: s for s in self.engine.statuses()}
+        return [p.message for p in problems]
+
+    def reconcile_pod(self, pod: PodView, stop: StopRequested) -> Report:
+        with self._lock:
+            self.engine.update(pod)
+            return self._pass("pod")
+
+    def reconcile_tiers(self, pods: Sequence[PodView], stop: StopRequested) -> Report:
+        with self._lock:
+            self.engine.observe(pods)
+            return self._pass("tiers")
+
+    def forget_pod(self, uid: PodUID) -> None:
+        with self._lock:
+            self.engine.remove(uid)
+            self._last.pop(uid, None)
+
+    def status(self, uid: PodUID) -> ResizeStatus | None:
+        with self._lock:
+            return self.engine.status(uid)
+
+    def states(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        with self._lock:
+            for s in self.engine.statuses():
+                counts[s.state.value] = counts.get(s.state.value, 0) + 1
+        return counts
+
+    def flush(self) -> None:
+        """Nothing to do: the engine writes its checkpoint before actuating and after every pass."""
+
+    def _pass(self, scope: str) -> Report:
+        result = self.engine.dry_run() if self.observe_only else self.engine.reconcile()
+        return self._report(scope, result)
+
+    def _report(self, scope: str, result: PassReport) -> Report:
+        changed: list[str] = []
+        for done in result.steps:
+            step = done.step
+            if not done.ok:
+                continue
+            if isinstance(step, CgroupStep):
+                changed.append(step.path)
+            elif isinstance(step, ContainerStep):
+                changed.extend(c.setting.path for c in step.changes)
+        failed = [o for o in result.steps if not o.ok]
+        errors = tuple((o.error_type or "Error", o.error or "failed") for o in failed)
+        errors += tuple(("Blocked", p.message) for p in result.errors if not failed)
+        statuses: list[ResizeStatus] = []
+        events: list[PodEventNote] = []
+        for status in result.statuses:
+            previous = self._last.get(status.uid)
+            if previous is not None and (previous.state, previous.reason, previous.message) == (
+                status.state,
+                status.reason,
+                status.message,
+            ):
+                continue
+            self._last[status.uid] = status
+            statuses.append(status)
+            note = event_for(status, previous)
+            if note is not None:
+                events.append(note)
+        if self.observe_only:
+            observed = Outcome.DEFERRED if result.steps else Outcome.CONVERGED
+            drift = tuple(f"observe-only: would {describe(s.step)}" for s in result.steps)
+            return Report(scope, observed, warnings=drift, statuses=tuple(statuses), events=tuple(events))
+        return Report(
+            scope,
+            Outcome.FAILED if failed else (Outcome.APPLIED if result.writes else Outcome.CONVERGED),
+            writes=result.writes,
+            changed=tuple(changed),
+            errors=errors,
+            warnings=tuple(w.message for w in result.warnings),
+            statuses=tuple(statuses),
+            events=tuple(events),
+            retry_after_s=_retry(failed != [], result.statuses),
+        )
+
+
+def _retry(failed: bool, statuses: Sequence[ResizeStatus]) -> float | None:
+    """When to look again: the engine keeps its own backoff (an early pass is a no-op for a pod that is
+    not due), so these only bound how long a pending resize waits for the next pass."""
+    if failed:
+        return 2.0
+    if any(s.state in (ResizeState.IN_PROGRESS, ResizeState.ERROR) for s in statuses):
+        return 5.0
+    return None

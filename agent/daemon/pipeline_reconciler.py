@@ -1,0 +1,525 @@
+"""The first `Reconciler`: the existing pipeline (compute -> diff -> plan) and executor, one pod at a time.
+
+Why per pod: the daemon reconciles the pod an event is about, not the whole node; the QoS tiers are
+their own work item, since they depend on every pod. A pod pass computes that pod alone, diffs its pod
+and container cgroups, keeps only the differences the agent owns and is not holding back for drift,
+plans, and runs the steps one at a time so that a stopping daemon ends after the current step; the
+plan's order keeps every intermediate state valid, so the next start finishes from wherever it stopped.
+
+Resize state: a pass is a resize when the pod's computed values differ from those it last converged to,
+when it carried an unfinished resize (also from the checkpoint, after a restart), or when a pod seen
+for the first time needs container updates. Only resizes are reported (Events and the condition).
+
+Tiers follow the kubelet's QoS manager: the memory limits qos-reserved asks for are written as they
+are, letting the kernel reclaim; when the kernel refuses (usage above the new limit), the limit is set
+to the current usage instead (the kubelet's retrySetMemoryReserve) and tried again on the next pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from agent import pipeline
+from agent.apply import ensure_tiers
+from agent.compute import NodeComputation, PodComputation, PodComputeError, compute_node, compute_pod
+from agent.compute.aggregate import pod_level_resources_set
+from agent.daemon import checkpoint
+from agent.daemon.drift import Action, DriftTracker, likely_owner
+from agent.daemon.ownership import Owner, Ownership, Thing
+from agent.daemon.reconciler import (
+    DriftNote,
+    Outcome,
+    PodEventNote,
+    Report,
+    ResizeState,
+    ResizeStatus,
+    StopRequested,
+    event_for,
+)
+from agent.diff import FileDiff, NodeDiff, desired_files, diff, not_yet_created
+from agent.diff import Owner as FileOwner
+from agent.execute import CgroupStepRunner, ContainerUpdater, execute, file_runner
+from agent.model import PodUID, PodView, TierKind
+from agent.plan import CgroupStep, ContainerStep, Plan, Step, build_plan, usage_paths
+from agent.queue import Backoff
+from agent.settings import Settings
+from cgroupfs import layout
+from cgroupfs.types import CgroupVersion, DriverKind
+
+ACTIVE = frozenset({ResizeState.PROPOSED, ResizeState.IN_PROGRESS, ResizeState.DEFERRED, ResizeState.ERROR})
+_LIMIT_FILES = frozenset(
+    {layout.CPU_QUOTA, layout.CPU_PERIOD, layout.CPU_MAX, layout.MEMORY_LIMIT, layout.MEMORY_MAX}
+)
+_MEMORY_LIMITS = frozenset({layout.MEMORY_LIMIT, layout.MEMORY_MAX})
+_USAGE_FILES = frozenset({layout.MEMORY_USAGE_V1, layout.MEMORY_CURRENT})
+_BENIGN = frozenset({"CgroupNotFound", "ContainerNotFound"})
+
+
+def thing_of(f: FileDiff, pod_level_limits: bool) -> Thing:
+    """Which managed thing a file belongs to (the ownership table's rows)."""
+    owner, name = f.desired.owner, f.setting.filename
+    if owner is FileOwner.TIER:
+        is_node = f.setting.cgroup.parts[-1:] == (TierKind.NODE.value,)
+        return Thing.QOS_RESERVED_MEMORY if name in _MEMORY_LIMITS and not is_node else Thing.QOS_TIERS
+    if owner is FileOwner.CONTAINER:
+        return Thing.CONTAINER_RESIZES
+    return Thing.POD_LEVEL_LIMITS if pod_level_limits and name in _LIMIT_FILES else Thing.POD_CGROUPS
+
+
+def signature(comp: PodComputation) -> str:
+    """The pod's computed values (not container IDs): a change is a resize."""
+    values = (comp.values, tuple((c.container.name, c.values) for c in comp.containers))
+    return hashlib.sha256(repr(values).encode()).hexdigest()[:16]
+
+
+@dataclass(slots=True)
+class _PodRecord:
+    key: str
+    signature: str | None = None  # the values last converged to
+    status: ResizeStatus | None = None
+    invalid: str | None = None  # the last compute error reported
+
+
+@dataclass(frozen=True, slots=True)
+class _Filtered:
+    node: NodeDiff
+    notes: tuple[DriftNote, ...]
+    warnings: tuple[str, ...]
+    hold_s: float | None
+
+
+@dataclass(slots=True)
+class _Run:
+    writes: int = 0
+    changed: tuple[str, ...] = ()
+    failed: tuple[str, str] | None = None  # (error class, message)
+    interrupted: bool = False
+    warnings: tuple[str, ...] = ()
+
+
+class PipelineReconciler:
+    def __init__(
+        self,
+        settings: Settings,
+        env: pipeline.Environment,
+        ownership: Ownership,
+        cri: ContainerUpdater | None,
+        runner: CgroupStepRunner | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.env = env
+        self.cfg = settings.compute_config(env.hugepage_sizes)
+        self.ownership = ownership
+        self.cri = cri
+        self.runner = runner or file_runner(env.files)
+        self.clock = clock
+        self.drift = DriftTracker(settings.drift_max_reverts, settings.drift_backoff_s)
+        self.backoff = Backoff(base=0.5, cap=60.0)
+        self._pods: dict[str, _PodRecord] = {}
+        self._observed: set[tuple[str, str | None]] = set()
+        self._lock = threading.RLock()
+        self.load_warning = self._restore()
+
+    # -- checkpoint -------------------------------------------------------------------------------
+
+    def _restore(self) -> str | None:
+        payload, warning = checkpoint.load(self.settings.state_dir)
+        pods = payload.get("pods", {})
+        for uid, raw in pods.items() if isinstance(pods, dict) else ():
+            try:
+                status = None
+                if raw.get("state"):
+                    status = ResizeStatus(
+                        PodUID(str(uid)),
+                        str(raw["key"]),
+                        ResizeState(raw["state"]),
+                        str(raw["reason"]),
+                        str(raw["message"]),
+                    )
+                self._pods[str(uid)] = _PodRecord(str(raw["key"]), raw.get("signature"), status)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+        drift = payload.get("drift", {})
+        if isinstance(drift, dict):
+            self.drift.restore(drift)
+        return warning
+
+    def flush(self) -> None:
+        with self._lock:
+            payload: dict[str, Any] = {
+                "pods": {
+                    uid: {
+                        "key": r.key,
+                        "signature": r.signature,
+                        "state": r.status.state.value if r.status else None,
+                        "reason": r.status.reason if r.status else None,
+                        "message": r.status.message if r.status else None,
+                    }
+                    for uid, r in self._pods.items()
+                },
+                "drift": self.drift.snapshot(),
+            }
+        checkpoint.save(self.settings.state_dir, payload)
+
+    # -- the protocol -------------------------------------------------------------------------------
+
+    def status(self, uid: PodUID) -> ResizeStatus | None:
+        with self._lock:
+            rec = self._pods.get(uid)
+            return rec.status if rec else None
+
+    def states(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        with self._lock:
+            for rec in self._pods.values():
+                if rec.status is not None:
+                    counts[rec.status.state.value] = counts.get(rec.status.state.value, 0) + 1
+        return counts
+
+    def start(self, pods: Sequence[PodView]) -> list[str]:
+        return [self.load_warning] if self.load_warning else []
+
+    def forget_pod(self, uid: PodUID) -> None:
+        with self._lock:
+            self._pods.pop(uid, None)
+            self.drift.forget_under(f"pod{uid}")
+            self.drift.forget_under(f"pod{uid.replace('-', '_')}")
+        self.backoff.forget(uid)
+
+    def reconcile_pod(self, pod: PodView, stop: StopRequested) -> Report:
+        with self._lock:
+            rec = self._pods.setdefault(pod.uid, _PodRecord(pod.key))
+        try:
+            comp = compute_pod(pod, self.cfg)
+        except PodComputeError as err:
+            reason = "InvalidPodLevelLimits" if pod_level_resources_set(pod) else "InvalidResources"
+            events = () if rec.invalid == err.message else (PodEventNote(reason, err.message, True),)
+            rec.invalid = err.message
+            return Report("pod", Outcome.INVALID, errors=((reason, err.message),), events=events)
+        rec.invalid = None
+        sig = signature(comp)
+        node = NodeComputation((comp,), (), (), ())
+        env = self.env
+        wanted = desired_files(node, env.hierarchy, env.render_options, env.container_render_options, True)
+        node_diff, waiting = not_yet_created(diff(node, wanted, pipeline.observe(env, wanted)))
+        if waiting:
+            return Report("pod", Outcome.WAITING, retry_after_s=self.backoff.next(pod.uid))
+
+        first_sight = rec.signature is None
+        changed_values = rec.signature is not None and rec.signature != sig
+        active = rec.status is not None and rec.status.state in ACTIVE
+        infeasible = self._infeasible(comp) if (changed_values or active) else None
+        if infeasible is not None:
+            return self._transition(
+                rec,
+                pod.uid,
+                Report("pod", Outcome.INVALID, errors=(("Infeasible", infeasible),)),
+                ResizeState.INFEASIBLE,
+                "ExceedsNodeAllocatable",
+                infeasible,
+            )
+
+        filtered = self._filter(node_diff, pod_level_limits=pod.pod_limits is not None)
+        extra = {p: env.files.read(p) for p in usage_paths(filtered.node)}
+        plan = build_plan(filtered.node, extra, include_containers=self.cri is not None)
+        container_steps = [s for s in plan.steps if isinstance(s, ContainerStep)]
+        resize = changed_values or active or (first_sight and bool(container_steps))
+        blocked = "; ".join(p.message for p in plan.errors)
+        base = Report(
+            "pod",
+            Outcome.CONVERGED,
+            warnings=filtered.warnings,
+            drift=filtered.notes,
+            errors=tuple(("MemoryBelowUsage", p.message) for p in plan.errors),
+        )
+
+        if not plan.steps:
+            if blocked or filtered.hold_s is not None:
+                retry = filtered.hold_s if not blocked else self.backoff.next(pod.uid)
+                report = replace(base, outcome=Outcome.DEFERRED, retry_after_s=retry)
+                if blocked and resize:
+                    return self._transition(
+                        rec, pod.uid, report, ResizeState.DEFERRED, "MemoryBelowUsage", blocked
+                    )
+                return report
+            rec.signature = sig
+            self.backoff.forget(pod.uid)
+            if resize:
+                return self._transition(
+                    rec,
+                    pod.uid,
+                    base,
+                    ResizeState.DONE,
+                    "Applied",
+                    "the pod's cgroups and containers hold the new values",
+                )
+            return base
+
+        if resize and (rec.status is None or rec.status.state is not ResizeState.IN_PROGRESS):
+            base = self._transition(rec, pod.uid, base, ResizeState.IN_PROGRESS, "Applying", _describe(plan))
+            self.flush()  # a stop or crash from here on is completed by the next start
+        run = self._run(plan, stop, tiers=False)
+        report = replace(
+            base, writes=run.writes, changed=run.changed, warnings=(*base.warnings, *run.warnings)
+        )
+        if run.interrupted:
+            return replace(report, outcome=Outcome.INTERRUPTED)
+        if run.failed is not None:
+            cls, message = run.failed
+            report = replace(
+                report,
+                outcome=Outcome.FAILED,
+                errors=(*report.errors, run.failed),
+                retry_after_s=self.backoff.next(pod.uid),
+            )
+            if cls in _BENIGN or not resize:
+                return report
+            return self._transition(rec, pod.uid, report, ResizeState.ERROR, cls, message)
+        if blocked:
+            report = replace(report, outcome=Outcome.DEFERRED, retry_after_s=self.backoff.next(pod.uid))
+            if resize:
+                return self._transition(
+                    rec, pod.uid, report, ResizeState.DEFERRED, "MemoryBelowUsage", blocked
+                )
+            return report
+        rec.signature = sig
+        self.backoff.forget(pod.uid)
+        report = replace(report, outcome=Outcome.APPLIED)
+        if filtered.hold_s is not None:
+            report = replace(report, retry_after_s=filtered.hold_s)
+        if resize:
+            done = f"applied {len(plan.steps)} step(s): {_describe(plan)}"
+            return self._transition(rec, pod.uid, report, ResizeState.DONE, "Applied", done)
+        return report
+
+    def reconcile_tiers(self, pods: Sequence[PodView], stop: StopRequested) -> Report:
+        env = self.env
+        if self.settings.create_qos_cgroups:
+            ensure_tiers(env)
+        comp = compute_node(pods, self.cfg)
+        node = NodeComputation((), comp.tiers, (), ())
+        wanted = desired_files(node, env.hierarchy, env.render_options, env.container_render_options, False)
+        node_diff = diff(node, wanted, pipeline.observe(env, wanted))
+        missing = sorted({f.setting.directory for f in node_diff.files if not f.dir_exists})
+        present = tuple(f for f in node_diff.files if f.dir_exists)
+        node_diff = NodeDiff(present, node_diff.warnings, node_diff.errors, node_diff.computation)
+        filtered = self._filter(node_diff, pod_level_limits=False)
+        # no usage files: a tier's limit is written as asked and the kernel reclaims (or refuses: clamp)
+        extra = {
+            p: env.files.read(p)
+            for p in usage_paths(filtered.node)
+            if p.rsplit("/", 1)[-1] not in _USAGE_FILES
+        }
+        plan = build_plan(filtered.node, extra, include_containers=False)
+        run = self._run(plan, stop, tiers=True)
+        warnings = (*filtered.warnings, *run.warnings)
+        if missing:
+            warnings += (f"QoS tier cgroup(s) {', '.join(missing)} do not exist (yet)",)
+        report = Report(
+            "tiers",
+            Outcome.APPLIED if run.writes else Outcome.CONVERGED,
+            run.writes,
+            run.changed,
+            errors=tuple(("PlanRefused", p.message) for p in plan.errors),
+            warnings=warnings,
+            drift=filtered.notes,
+            retry_after_s=filtered.hold_s,
+        )
+        if run.interrupted:
+            return replace(report, outcome=Outcome.INTERRUPTED)
+        if run.failed is not None:
+            return replace(
+                report,
+                outcome=Outcome.FAILED,
+                errors=(*report.errors, run.failed),
+                retry_after_s=self.backoff.next("tiers"),
+            )
+        if missing:
+            return replace(report, outcome=Outcome.WAITING, retry_after_s=self.backoff.next("tiers"))
+        self.backoff.forget("tiers")
+        return report
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _transition(
+        self, rec: _PodRecord, uid: PodUID, report: Report, state: ResizeState, reason: str, message: str
+    ) -> Report:
+        """Record a new resize state; the Event and the condition only when something changed."""
+        status = ResizeStatus(uid, rec.key, state, reason, message)
+        with self._lock:
+            previous = rec.status
+            rec.status = status
+        if previous is not None and (previous.state, previous.reason, previous.message) == (
+            state,
+            reason,
+            message,
+        ):
+            return report
+        note = event_for(status, previous)
+        events = (*report.events, note) if note is not None else report.events
+        return replace(report, statuses=(*report.statuses, status), events=events)
+
+    def _infeasible(self, comp: PodComputation) -> str | None:
+        alloc = self.cfg.allocatable
+        if alloc is None:
+            return None
+        req = comp.requests
+        if alloc.cpu_milli is not None and (req.cpu_milli or 0) > alloc.cpu_milli:
+            return (
+                f"the pod requests {req.cpu_milli}m CPU, more than the node's allocatable {alloc.cpu_milli}m"
+            )
+        if alloc.memory is not None and (req.memory or 0) > alloc.memory:
+            return f"the pod requests {req.memory} bytes of memory, more than the node's allocatable {alloc.memory}"
+        return None
+
+    def _filter(self, node: NodeDiff, pod_level_limits: bool) -> _Filtered:
+        """Keep the differences the agent owns and is not holding back (drift backoff, yielded)."""
+        files: list[FileDiff] = []
+        notes: list[DriftNote] = []
+        warnings: list[str] = []
+        hold: float | None = None
+        now = self.clock()
+        systemd = self.settings.cgroup_driver is DriverKind.SYSTEMD
+        with self._lock:
+            for f in node.files:
+                path = f.setting.path
+                if not f.differs:
+                    self.drift.converged(path)
+                    files.append(f)
+                    continue
+                thing = thing_of(f, pod_level_limits)
+                owner = self.ownership.owner(thing)
+                if owner is not Owner.AGENT:
+                    if owner is Owner.OBSERVE and (path, f.current) not in self._observed:
+                        self._observed.add((path, f.current))
+                        notes.append(
+                            DriftNote(
+                                thing.value,
+                                path,
+                                "observed",
+                                f"{path} is {f.current}, the agent would write {f.setting.value}",
+                            )
+                        )
+                    files.append(replace(f, differs=False))
+                    continue
+                decision = self.drift.decide(path, f.setting.value, now)
+                if decision.action is Action.APPLY:
+                    files.append(f)
+                    if decision.drift:
+                        notes.append(
+                            DriftNote(
+                                thing.value,
+                                path,
+                                "reapplied",
+                                f"{path} was changed to {f.current}; re-applying {f.setting.value} "
+                                f"(revert {decision.reverts} of {self.drift.max_reverts})",
+                            )
+                        )
+                    continue
+                files.append(replace(f, differs=False))
+                if decision.action is Action.HOLD:
+                    hold = decision.wait_s if hold is None else min(hold, decision.wait_s)
+                    notes.append(
+                        DriftNote(
+                            thing.value,
+                            path,
+                            "held",
+                            f"{path} reverted again; re-applying in {decision.wait_s:.0f}s",
+                        )
+                    )
+                elif decision.action is Action.YIELD:
+                    who = likely_owner(thing, f.setting.filename, systemd)
+                    message = (
+                        f"{path} was changed back {decision.reverts} times (now {f.current}, the agent wants "
+                        f"{f.setting.value}); the agent stops writing it. Likely owner: {who}. Set ownership "
+                        f"{thing.value} to kubelet or observe, or stop the other writer."
+                    )
+                    notes.append(DriftNote(thing.value, path, "yielded", message))
+                    warnings.append(message)
+        return _Filtered(
+            NodeDiff(tuple(files), node.warnings, node.errors, node.computation),
+            tuple(notes),
+            tuple(warnings),
+            hold,
+        )
+
+    def _run(self, plan: Plan, stop: StopRequested, tiers: bool) -> _Run:
+        """The steps one at a time: stop after the current one when asked, stop at the first failure."""
+        run = _Run()
+        changed: list[str] = []
+        warnings: list[str] = []
+        for step in plan.steps:
+            if stop():
+                run.interrupted = True
+                break
+            done = execute([step], self.runner, self.cri)
+            run.writes += done.writes
+            failed = done.failed
+            if (
+                failed is not None
+                and tiers
+                and failed.error_type == "MemoryBelowUsage"
+                and isinstance(step, CgroupStep)
+            ):
+                clamped = self._clamp_to_usage(step)
+                if clamped is not None:
+                    run.writes += 1
+                    warnings.append(
+                        f"{step.path}: the kernel refused {step.setting.value} (usage is above it); "
+                        f"set to the current usage {clamped} as the kubelet does, retried on the next pass"
+                    )
+                    changed.append(step.path)
+                    continue
+            if failed is not None:
+                run.failed = (failed.error_type or "Error", failed.error or "failed")
+                break
+            written = _written(step)
+            now = self.clock()
+            with self._lock:
+                for p, value in written:
+                    self.drift.wrote(p, value, now)
+            changed.extend(p for p, _ in written)
+        run.changed = tuple(changed)
+        run.warnings = tuple(warnings)
+        return run
+
+    def _clamp_to_usage(self, step: CgroupStep) -> str | None:
+        usage_file = (
+            layout.MEMORY_USAGE_V1 if step.setting.version is CgroupVersion.V1 else layout.MEMORY_CURRENT
+        )
+        text = self.env.files.read(f"{step.setting.directory}/{usage_file}")
+        if text is None or not text.strip().isdigit():
+            return None
+        value = text.strip()
+        outcome = execute([replace(step, setting=replace(step.setting, value=value))], self.runner, None)
+        if outcome.failed is not None:
+            return None
+        with self._lock:
+            self.drift.wrote(step.path, value, self.clock())
+        return value
+
+
+def _written(step: Step) -> list[tuple[str, str]]:
+    """(path, value) of what a successful step wrote (a container step: its container's files)."""
+    if isinstance(step, CgroupStep):
+        return [(step.path, step.setting.value)]
+    if isinstance(step, ContainerStep):
+        return [(c.setting.path, c.setting.value) for c in step.changes]
+    return []
+
+
+def _describe(plan: Plan) -> str:
+    containers = sorted({f"{s.container} {s.resource}" for s in plan.steps if isinstance(s, ContainerStep)})
+    cgroups = sum(1 for s in plan.steps if isinstance(s, CgroupStep))
+    parts = []
+    if containers:
+        parts.append("containers " + ", ".join(containers))
+    if cgroups:
+        parts.append(f"{cgroups} pod cgroup write(s)")
+    return "; ".join(parts) or "no changes"

@@ -1,0 +1,119 @@
+"""The seam between the daemon loop and what it runs: a small `Reconciler` protocol and its reports.
+
+Why a protocol: the loop (queue, workers, resync, reporting) does not care how one pod is brought to
+its desired state. The first implementation (`agent.daemon.pipeline_reconciler`) runs the existing
+pipeline and executor; the resize engine plugs in behind the same four calls.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agent.model import PodUID, PodView
+from agent.resize.types import ResizeState, ResizeStatus
+
+__all__ = ["ResizeState", "ResizeStatus"]  # the resize engine's vocabulary, shared by every reconciler
+
+StopRequested = Callable[[], bool]
+"""Asked between steps: True once the daemon is stopping (finish the current step, then stop)."""
+
+
+class Outcome(enum.StrEnum):
+    CONVERGED = "converged"  # nothing differed (or only values the agent does not own)
+    APPLIED = "applied"  # differences written
+    WAITING = "waiting"  # the pod's cgroup is not there yet (the kubelet has not created it)
+    DEFERRED = "deferred"  # held back for now (memory below usage, drift backoff): retried later
+    FAILED = "failed"  # a step failed: retried with backoff
+    INVALID = "invalid"  # the pod cannot be computed: reported, not retried until it changes
+    INTERRUPTED = "interrupted"  # the daemon is stopping: the rest is done by the next start
+    FORGOTTEN = "forgotten"  # the pod is gone
+
+
+@dataclass(frozen=True, slots=True)
+class PodEventNote:
+    """An Event to put on a pod: the pod of the pass, or the pod with UID `uid` (node-wide passes)."""
+
+    reason: str
+    message: str
+    warning: bool = False
+    uid: str | None = None
+
+
+# The Event a pod gets when its resize enters a state (None: no Event for that state).
+_EVENTS: dict[ResizeState, tuple[str, bool]] = {
+    ResizeState.IN_PROGRESS: ("ResizeAccepted", False),
+    ResizeState.DEFERRED: ("ResizeDeferred", False),
+    ResizeState.INFEASIBLE: ("ResizeInfeasible", True),
+    ResizeState.DONE: ("ResizeDone", False),
+    ResizeState.ERROR: ("ResizeFailed", True),
+}
+
+
+def event_for(status: ResizeStatus, previous: ResizeStatus | None) -> PodEventNote | None:
+    """An Event when the state (or, for the non-final states, the reason) changed; pure."""
+    known = _EVENTS.get(status.state)
+    if known is None:
+        return None
+    if (
+        previous is not None
+        and previous.state is status.state
+        and (status.state is ResizeState.DONE or previous.reason == status.reason)
+    ):
+        return None
+    reason, warning = known
+    return PodEventNote(reason, status.message or status.reason, warning, status.uid)
+
+
+@dataclass(frozen=True, slots=True)
+class DriftNote:
+    thing: str
+    path: str
+    action: str  # reapplied | held | yielded | observed
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    scope: str  # "pod" or "tiers"
+    outcome: Outcome
+    writes: int = 0
+    changed: tuple[str, ...] = ()
+    errors: tuple[tuple[str, str], ...] = ()  # (error class, message)
+    warnings: tuple[str, ...] = ()
+    retry_after_s: float | None = None
+    events: tuple[PodEventNote, ...] = ()
+    statuses: tuple[ResizeStatus, ...] = ()  # resize states that changed in this pass (for the condition)
+    drift: tuple[DriftNote, ...] = ()
+
+
+class Reconciler(Protocol):
+    def start(self, pods: Sequence[PodView]) -> list[str]:
+        """Called once with the first full pod list, before any reconcile; returns warnings to log."""
+        ...
+
+    def reconcile_pod(self, pod: PodView, stop: StopRequested) -> Report:
+        """Bring one pod's cgroups and containers to the pod's latest desired state."""
+        ...
+
+    def reconcile_tiers(self, pods: Sequence[PodView], stop: StopRequested) -> Report:
+        """Bring the QoS tiers (kubepods, burstable, besteffort) to what these pods need."""
+        ...
+
+    def forget_pod(self, uid: PodUID) -> None:
+        """The pod left the node: drop what is kept about it."""
+        ...
+
+    def status(self, uid: PodUID) -> ResizeStatus | None:
+        """The pod's last resize state, if it was ever resized."""
+        ...
+
+    def states(self) -> dict[str, int]:
+        """How many pods are in each resize state (for the metrics)."""
+        ...
+
+    def flush(self) -> None:
+        """Write the checkpoint (at shutdown, and after state changes)."""
+        ...

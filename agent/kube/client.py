@@ -1,0 +1,40 @@
+"""One configured Kubernetes API client: in-cluster, or a kubeconfig, never the library's global one.
+
+Why a fresh Configuration: the library's default configuration is process-global; the daemon, the
+one-shot commands and tests each get their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.errors import AgentError
+
+
+class KubeConfigError(AgentError):
+    """No usable credentials: not in a cluster and no kubeconfig."""
+
+
+def api_client(kubeconfig: str | None) -> Any:
+    """An ApiClient from `kubeconfig`, else the in-cluster ServiceAccount, else ~/.kube/config."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    configuration = client.Configuration()
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        else:
+            try:
+                config.load_incluster_config(client_configuration=configuration)
+            except ConfigException:
+                config.load_kube_config(client_configuration=configuration)
+    except (ConfigException, OSError, TypeError, ValueError) as err:
+        raise KubeConfigError(f"cannot configure the Kubernetes client: {err}") from err
+    return client.ApiClient(configuration=configuration)
+
+
+def core_v1(api: Any) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(api)

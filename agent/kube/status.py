@@ -1,0 +1,221 @@
+"""Reporting to the API: Events on the pod, and the agent's own condition in the pod's status.
+
+Why a thread of its own: reconciles never wait for the API server. Events go out in order; conditions
+are coalesced per pod (only the latest state matters). A failed report is logged and counted, never
+retried forever: the next state change reports again.
+
+The condition goes through `pods/status` as a strategic-merge patch whose list `status.conditions` merges
+by `type`: it carries only the agent's condition type, so the kubelet's conditions (Ready,
+PodResizePending...) and every other status field are untouched, and the kubelet keeps conditions it
+does not own when it writes the status. The patch names the pod's UID, so it cannot land on a new pod
+that reuses the name. A repeated Event (same pod, reason and message) is patched (count, lastTimestamp)
+instead of created again, as client-go's event correlator does.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol
+
+from agent.kube.errors import APIError, APINotFound, wrap
+from agent.logging import get_logger
+from agent.metrics import Metrics
+
+CONDITION_TYPE: Final = "kube-cgroup-agent.io/ResizeApplied"
+COMPONENT: Final = "kube-cgroup-agent"
+STRATEGIC_MERGE: Final = "application/strategic-merge-patch+json"
+
+log = get_logger("agent.kube.status")
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class StatusReporter(Protocol):
+    def event(self, pod: PodRef, reason: str, message: str, warning: bool = False) -> None: ...
+
+    def condition(self, pod: PodRef, state: str, reason: str, message: str) -> None: ...
+
+    def close(self, timeout: float = 5.0) -> None: ...
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition_patch(pod: PodRef, status: bool, reason: str, message: str, transition: str) -> dict[str, Any]:
+    """The whole strategic-merge patch body: the pod's UID as a guard, and one condition (pure)."""
+    return {
+        "metadata": {"uid": pod.uid},
+        "status": {
+            "conditions": [
+                {
+                    "type": CONDITION_TYPE,
+                    "status": "True" if status else "False",
+                    "reason": reason,
+                    "message": message[:1024],
+                    "lastTransitionTime": transition,
+                }
+            ]
+        },
+    }
+
+
+def event_body(
+    pod: PodRef, reason: str, message: str, warning: bool, node: str, name: str, now: str
+) -> dict[str, Any]:
+    """A core/v1 Event about the pod (pure)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": pod.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "uid": pod.uid,
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": COMPONENT, "host": node},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": node,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+@dataclass(slots=True)
+class _Sent:
+    name: str
+    count: int
+
+
+class APIStatusReporter:
+    """Sends events and conditions from one background thread."""
+
+    def __init__(
+        self, core: Any, node: str, metrics: Metrics, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.core = core
+        self.node = node
+        self.metrics = metrics
+        self.clock = clock
+        self._items: queue.Queue[tuple[str, Any] | None] = queue.Queue()
+        self._conditions: dict[str, tuple[PodRef, bool, str, str]] = {}
+        self._last_status: dict[str, bool] = {}
+        self._transition: dict[str, str] = {}
+        self._sent: dict[tuple[str, str, str], _Sent] = {}
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="status-reporter", daemon=True)
+        self._thread.start()
+
+    def event(self, pod: PodRef, reason: str, message: str, warning: bool = False) -> None:
+        self._items.put(("event", (pod, reason, message, warning)))
+
+    def condition(self, pod: PodRef, state: str, reason: str, message: str) -> None:
+        with self._lock:
+            pending = pod.uid in self._conditions
+            self._conditions[pod.uid] = (pod, state == "Done", reason, message)
+        if not pending:
+            self._items.put(("condition", pod.uid))
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued (up to `timeout`), then stop."""
+        self._items.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            item = self._items.get()
+            if item is None:
+                return
+            kind, payload = item
+            try:
+                if kind == "event":
+                    self._send_event(*payload)
+                else:
+                    self._send_condition(payload)
+                self.metrics.status_reports.labels(kind, "ok").inc()
+            except APIError as err:
+                self.metrics.status_reports.labels(kind, "failed").inc()
+                self.metrics.errors.labels(type(err).__name__).inc()
+                log.warning("status.report_failed", kind=kind, error=str(err))
+
+    def _send_event(self, pod: PodRef, reason: str, message: str, warning: bool) -> None:
+        now = _now()
+        key = (pod.uid, reason, message)
+        sent = self._sent.get(key)
+        if sent is not None:
+            try:
+                self.core.patch_namespaced_event(
+                    sent.name,
+                    pod.namespace,
+                    {"count": sent.count + 1, "lastTimestamp": now},
+                    _content_type=STRATEGIC_MERGE,
+                    _preload_content=False,
+                )
+                sent.count += 1
+                return
+            except Exception as err:
+                if not isinstance(wrap("patch event", err), APINotFound):
+                    raise wrap(f"patch event {sent.name}", err) from err
+        name = f"{pod.name}.{time.time_ns():x}"
+        body = event_body(pod, reason, message, warning, self.node, name, now)
+        from kubernetes.client import CoreV1Event
+
+        try:
+            self.core.create_namespaced_event(
+                pod.namespace, CoreV1Event.from_dict(body), _preload_content=False
+            )
+        except Exception as err:
+            raise wrap(f"create event {reason} for pod {pod.key}", err) from err
+        self._sent[key] = _Sent(name, 1)
+        if len(self._sent) > 4096:  # keep the correlator bounded: drop the oldest half
+            for k in list(self._sent)[:2048]:
+                del self._sent[k]
+
+    def _send_condition(self, uid: str) -> None:
+        with self._lock:
+            pod, ok, reason, message = self._conditions.pop(uid)
+        if self._last_status.get(uid) != ok or uid not in self._transition:
+            self._transition[uid] = _now()
+        body = condition_patch(pod, ok, reason, message, self._transition[uid])
+        try:
+            self.core.patch_namespaced_pod_status(
+                pod.name, pod.namespace, body, _content_type=STRATEGIC_MERGE, _preload_content=False
+            )
+        except Exception as err:
+            raise wrap(f"patch status of pod {pod.key}", err) from err
+        self._last_status[uid] = ok
+
+
+class LogStatusReporter:
+    """Bare nodes without an API server: the same reports, as log lines."""
+
+    def event(self, pod: PodRef, reason: str, message: str, warning: bool = False) -> None:
+        (log.warning if warning else log.info)("pod.event", pod=pod.key, reason=reason, message=message)
+
+    def condition(self, pod: PodRef, state: str, reason: str, message: str) -> None:
+        log.info(
+            "pod.condition", pod=pod.key, type=CONDITION_TYPE, state=state, reason=reason, message=message
+        )
+
+    def close(self, timeout: float = 5.0) -> None:
+        return None

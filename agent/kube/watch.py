@@ -1,0 +1,247 @@
+"""List, then watch, the pods bound to this node: kopf's list -> watch -> 410 -> relist, never missing an update.
+
+Why not `kubernetes.watch.Watch`: it retries a 410 once from the same (expired) resourceVersion and then
+raises, and it deserializes every pod into models the agent does not use. Here:
+  1. list (paged) with the field selector spec.nodeName, hand the whole set to the sink as a snapshot
+     (the sink reconciles every difference, including pods deleted meanwhile), remember its resourceVersion;
+  2. watch from that resourceVersion with allowWatchBookmarks, moving the resourceVersion with every
+     event and bookmark;
+  3. a normal end of the stream (the server's timeout) or a dropped connection resumes the watch from the
+     last resourceVersion, after a backoff for errors; a 410 Gone relists;
+  4. unknown event types are logged and skipped.
+Pods travel as the API's JSON dicts (agent.pods.parse reads them), never as client models. The parsing of
+one stream line is a pure function (`parse_line`), separate from the socket loop (lightkube's WatchDriver).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agent.kube.errors import APIError, APIGone, from_status, wrap
+from agent.logging import get_logger
+from agent.metrics import Metrics
+from agent.queue import Backoff
+
+log = get_logger("agent.kube.watch")
+
+
+class PodSink(Protocol):
+    """Where pod sources deliver: a full set (after a (re)list), one pod's new state, a pod's removal."""
+
+    def snapshot(self, pods: list[Mapping[str, Any]]) -> None: ...
+
+    def upsert(self, pod: Mapping[str, Any]) -> None: ...
+
+    def removed(self, uid: str, key: str) -> None: ...
+
+
+# -- one line of a watch stream (pure) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    type: str  # ADDED | MODIFIED | DELETED
+    obj: Mapping[str, Any]
+    resource_version: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Bookmark:
+    resource_version: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    code: int | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    text: str
+
+
+WatchItem = Change | Bookmark | Failure | Unknown
+
+
+def _rv(obj: object) -> str | None:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    return rv if isinstance(rv, str) and rv else None
+
+
+def parse_line(line: str) -> WatchItem | None:
+    """One JSON line of a watch stream; None for a blank keep-alive line."""
+    if not line.strip():
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return Unknown(line[:200])
+    if not isinstance(event, Mapping):
+        return Unknown(line[:200])
+    kind, obj = event.get("type"), event.get("object")
+    if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, Mapping):
+        return Change(kind, obj, _rv(obj))
+    if kind == "BOOKMARK":
+        return Bookmark(_rv(obj))
+    if kind == "ERROR":
+        code = obj.get("code") if isinstance(obj, Mapping) else None
+        message = obj.get("message") if isinstance(obj, Mapping) else None
+        return Failure(code if isinstance(code, int) else None, str(message or "watch error"))
+    return Unknown(str(kind))
+
+
+def pod_identity(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(uid, namespace/name) of a raw pod, with placeholders when the API sent something odd."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    uid = meta.get("uid")
+    key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+    return (uid if isinstance(uid, str) else ""), key
+
+
+def _lines(resp: Any) -> Iterator[str]:
+    from kubernetes.watch.watch import iter_resp_lines
+
+    yield from iter_resp_lines(resp)
+
+
+# -- the loop (imperative shell) -----------------------------------------------------------------
+
+
+class PodWatcher:
+    """Runs list/watch forever in the calling thread until `stop` is set."""
+
+    def __init__(
+        self,
+        core: Any,
+        node: str,
+        metrics: Metrics,
+        *,
+        watch_timeout_s: int = 300,
+        page_size: int = 500,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.core = core
+        self.node = node
+        self.metrics = metrics
+        self.watch_timeout_s = watch_timeout_s
+        self.page_size = page_size
+        self.backoff = backoff or Backoff(base=0.5, cap=30.0)
+        self.selector = f"spec.nodeName={node}"
+        self._resp: Any = None
+        self._lock = threading.Lock()
+
+    def list(self) -> tuple[list[Mapping[str, Any]], str]:
+        """Every pod of the node (paged) and the list's resourceVersion."""
+        pods: list[Mapping[str, Any]] = []
+        token: str | None = None
+        while True:
+            try:
+                resp = self.core.list_pod_for_all_namespaces(
+                    field_selector=self.selector,
+                    limit=self.page_size,
+                    _continue=token,
+                    _preload_content=False,
+                    _request_timeout=(10, 60),
+                )
+                data = json.loads(resp.data)
+            except Exception as err:  # every transport and API error becomes an APIError
+                raise wrap(f"list pods of node {self.node}", err) from err
+            items = data.get("items") or []
+            pods.extend(i for i in items if isinstance(i, Mapping))
+            meta = data.get("metadata") or {}
+            token = meta.get("continue") or None
+            if token is None:
+                return pods, str(meta.get("resourceVersion") or "")
+
+    def watch(self, rv: str, sink: PodSink, stop: threading.Event) -> str:
+        """Stream changes after `rv` until the server ends the stream; return the last resourceVersion.
+        Raises APIGone (relist) or another APIError (back off, resume)."""
+        what = f"watch pods of node {self.node}"
+        try:
+            resp = self.core.list_pod_for_all_namespaces(
+                field_selector=self.selector,
+                watch=True,
+                allow_watch_bookmarks=True,
+                resource_version=rv,
+                timeout_seconds=self.watch_timeout_s,
+                _preload_content=False,
+                _request_timeout=(10, self.watch_timeout_s + 30),
+            )
+        except Exception as err:
+            raise wrap(what, err) from err
+        with self._lock:
+            self._resp = resp
+        try:
+            for line in _lines(resp):
+                if stop.is_set():
+                    return rv
+                item = parse_line(line)
+                if item is None:
+                    continue
+                if isinstance(item, Failure):
+                    raise from_status(what, item.code, item.message)
+                if isinstance(item, Unknown):
+                    log.warning("watch.unknown_event", line=item.text)
+                    continue
+                if item.resource_version:
+                    rv = item.resource_version
+                if isinstance(item, Change):
+                    if item.type == "DELETED":
+                        uid, key = pod_identity(item.obj)
+                        sink.removed(uid, key)
+                    else:
+                        sink.upsert(item.obj)
+            return rv
+        except APIError:
+            raise
+        except Exception as err:  # a connection closed mid-stream, a read timeout
+            if stop.is_set():
+                return rv
+            raise wrap(what, err) from err
+        finally:
+            with self._lock:
+                self._resp = None
+            resp.release_conn()
+
+    def run(self, sink: PodSink, stop: threading.Event) -> None:
+        rv: str | None = None
+        while not stop.is_set():
+            try:
+                if rv is None:
+                    pods, rv = self.list()
+                    sink.snapshot(pods)
+                    log.info("watch.listed", pods=len(pods), resource_version=rv)
+                rv = self.watch(rv, sink, stop)
+                self.backoff.forget("watch")
+                if not stop.is_set():
+                    self.metrics.watch_restarts.labels("closed").inc()
+                    log.debug("watch.resumed", resource_version=rv)
+            except APIGone as err:
+                self.metrics.watch_restarts.labels("gone").inc()
+                log.info("watch.relist", reason=str(err))
+                rv = None
+            except APIError as err:
+                self.metrics.watch_restarts.labels("error").inc()
+                self.metrics.errors.labels(type(err).__name__).inc()
+                delay = self.backoff.next("watch")
+                log.warning("watch.error", error=str(err), retry_in_s=delay, resource_version=rv)
+                stop.wait(delay)
+
+    def interrupt(self) -> None:
+        """Unblock a watch waiting for data (called from another thread at shutdown)."""
+        import socket
+
+        with self._lock:
+            resp = self._resp
+        sock = getattr(getattr(resp, "connection", None), "sock", None) if resp is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,155 @@
+"""Prometheus metrics and the /healthz, /readyz endpoints.
+
+Why a registry of our own (not the client's global one): no module-level state, so tests can run
+several daemons in one process and read each one's numbers. Both servers bind where the settings say,
+127.0.0.1 unless configured, and serve from daemon threads that `Endpoints.close` stops.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+PREFIX: Final = "kube_cgroup_agent"
+RESIZE_STATES: Final = ("Proposed", "InProgress", "Deferred", "Infeasible", "Done", "Error")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.reconcile_seconds = Histogram(
+            f"{PREFIX}_reconcile_duration_seconds",
+            "Time of one reconcile pass (one pod, or the QoS tiers).",
+            ["scope"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=r,
+        )
+        self.writes = Counter(
+            f"{PREFIX}_writes_total", "cgroup file writes and CRI updates made.", ["kind"], registry=r
+        )
+        self.errors = Counter(
+            f"{PREFIX}_errors_total",
+            "Errors by class (the exception type or problem kind).",
+            ["error_class"],
+            registry=r,
+        )
+        self.resize_state = Gauge(
+            f"{PREFIX}_resize_state_pods", "Pods whose last resize is in each state.", ["state"], registry=r
+        )
+        for state in RESIZE_STATES:
+            self.resize_state.labels(state).set(0)
+        self.watch_restarts = Counter(
+            f"{PREFIX}_watch_restarts_total",
+            "Pod watch restarts: gone (410, relist), error (backoff, resume), closed (resume).",
+            ["reason"],
+            registry=r,
+        )
+        self.drift = Counter(
+            f"{PREFIX}_drift_total",
+            "Values found changed by someone else, by managed thing and what the agent did.",
+            ["thing", "action"],
+            registry=r,
+        )
+        self.yielded = Gauge(
+            f"{PREFIX}_drift_yielded_values", "Values the agent stopped fighting over.", registry=r
+        )
+        self.pods = Gauge(f"{PREFIX}_pods", "Pods of this node the agent knows.", registry=r)
+        self.status_reports = Counter(
+            f"{PREFIX}_status_reports_total",
+            "Events and pod condition patches sent, by outcome.",
+            ["kind", "outcome"],
+            registry=r,
+        )
+
+    def set_resize_states(self, counts: dict[str, int]) -> None:
+        for state in RESIZE_STATES:
+            self.resize_state.labels(state).set(counts.get(state, 0))
+
+    def render(self) -> bytes:
+        data: bytes = generate_latest(self.registry)
+        return data
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What /healthz and /readyz answer: (ok, one-line reason)."""
+
+    healthy: Callable[[], tuple[bool, str]]
+    ready: Callable[[], tuple[bool, str]]
+
+
+def _handler(routes: dict[str, Callable[[], tuple[int, str, bytes]]]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            route = routes.get(self.path.split("?", 1)[0])
+            if route is None:
+                code, ctype, body = 404, "text/plain", b"not found\n"
+            else:
+                code, ctype, body = route()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
+            return  # probes every few seconds would drown the log
+
+    return Handler
+
+
+def _probe(check: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[int, str, bytes]]:
+    def route() -> tuple[int, str, bytes]:
+        ok, reason = check()
+        return (200 if ok else 503), "text/plain", (reason + "\n").encode()
+
+    return route
+
+
+class Endpoints:
+    """The metrics server and the health server (the same one when both addresses are equal)."""
+
+    def __init__(self, metrics: Metrics, probe: Probe, metrics_address: str, health_address: str) -> None:
+        metrics_route: dict[str, Callable[[], tuple[int, str, bytes]]] = {
+            "/metrics": lambda: (200, CONTENT_TYPE_LATEST, metrics.render())
+        }
+        health_routes = {"/healthz": _probe(probe.healthy), "/readyz": _probe(probe.ready)}
+        self._servers: list[ThreadingHTTPServer] = []
+        self._threads: list[threading.Thread] = []
+        if metrics_address == health_address:
+            self._serve(metrics_address, metrics_route | health_routes)
+        else:
+            self._serve(metrics_address, metrics_route)
+            self._serve(health_address, health_routes)
+
+    def _serve(self, address: str, routes: dict[str, Callable[[], tuple[int, str, bytes]]]) -> None:
+        server = ThreadingHTTPServer(split_address(address), _handler(routes))
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, name=f"http-{address}", daemon=True)
+        thread.start()
+        self._servers.append(server)
+        self._threads.append(thread)
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """host:port actually bound (port 0 in the settings picks a free one)."""
+        return tuple(f"{s.server_address[0]!s}:{s.server_address[1]}" for s in self._servers)
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
