@@ -14,6 +14,7 @@ from typing import Any
 from agent.compute.config import ComputeConfig
 from agent.compute.container import compute_container
 from agent.compute.cpu import quota_to_milli_cpu, shares_to_milli_cpu
+from agent.compute.qos import compute_qos
 from agent.model import UNLIMITED, ContainerValues, ContainerView, PodView, Resources
 from agent.resize.types import ContainerAllocation, PodAllocation
 from cgroupfs.convert import page_round
@@ -92,9 +93,11 @@ def _mem(value: int) -> int:
 def rebuild_allocation(
     pod: PodView, observed: Mapping[str, ContainerValues], cfg: ComputeConfig
 ) -> PodAllocation:
-    """A pod's allocation as the kernel shows it; containers without observed values keep the spec's."""
+    """A pod's allocation as the kernel shows it; containers without observed values keep the spec's.
+    When what the kernel shows would put the pod in another QoS class (a container the runtime never
+    limited), the spec's values are taken instead: a pod never changes class."""
     base = allocation_of(pod)
-    return replace(
+    rebuilt = replace(
         base,
         containers=tuple(
             rebuild_container(pod, c, observed[c.name], cfg)
@@ -103,6 +106,10 @@ def rebuild_allocation(
             for c in pod.containers
         ),
     )
+    plain = replace(pod, status_qos=None)
+    if compute_qos(with_allocation(plain, rebuilt)).qos is not compute_qos(plain).qos:
+        return base
+    return rebuilt
 
 
 # ----- JSON (the checkpoint's form)

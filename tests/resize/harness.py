@@ -1,0 +1,404 @@
+"""A node for resize tests: a strict fake cgroup tree (v1), the in-process fake CRI server mirroring each
+UpdateContainerResources into the container's cgroup as runc would, and a journal of every write.
+
+The journal is checked after every single write, from both sides (the agent's cgroup writes and the
+runtime's container writes): each child within its parent in CPU (quota/period) and memory, and — for
+pods without a pod-level limit — the containers' limits summing within the pod's. `violations` collects
+any breach; tests assert it stays empty. The fake runtime refuses what the kernel would refuse: a quota
+ratio above the pod's (EINVAL) and a memory limit below usage (EBUSY).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.compute import compute_pod
+from agent.cri.client import CRIClient
+from agent.cri.v1 import api_pb2 as pb
+from agent.execute import CgroupStepRunner, file_runner
+from agent.model import ContainerID, ContainerValues, PodView
+from agent.pipeline import Environment, owned_roots
+from agent.plan import CgroupStep
+from agent.pods.parse import parse_pod
+from agent.resize.checkpoint import CheckpointStore
+from agent.resize.engine import ResizeEngine
+from agent.resize.state import Timing
+from agent.settings import Settings, parse_allocatable
+from cgroupfs.convert import V1_UNLIMITED_READBACK
+from cgroupfs.files import CgroupFiles
+from cgroupfs.naming import cgroup_dir, container_dir
+from cgroupfs.types import DriverKind
+from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.fakes.fake_cri import FakeContainer, FakeCRI, Refuse
+
+UNLIMITED_TEXT = str(V1_UNLIMITED_READBACK)
+GI = 1 << 30
+MI = 1 << 20
+
+
+def cid_for(pod: str, container: str, attempt: int = 0) -> str:
+    return hashlib.sha256(f"{pod}/{container}/{attempt}".encode()).hexdigest()
+
+
+def ctr(
+    name: str, req: dict[str, Any] | None = None, lim: dict[str, Any] | None = None, **extra: Any
+) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    if req is not None:
+        res["requests"] = dict(req)
+    if lim is not None:
+        res["limits"] = dict(lim)
+    return {"name": name, "resources": res, **extra}
+
+
+def policy(cpu: str = "NotRequired", memory: str = "NotRequired") -> list[dict[str, str]]:
+    return [
+        {"resourceName": "cpu", "restartPolicy": cpu},
+        {"resourceName": "memory", "restartPolicy": memory},
+    ]
+
+
+def manifest(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {"containers": containers, **spec},
+    }
+
+
+@dataclass
+class Event:
+    kind: str  # "write" (agent, pod/tier file), "update" (runtime, container), "stop"
+    target: str  # path, or pod/container
+    value: Any = None
+    old: Any = None
+
+
+def _ratio(quota: str, period: str) -> float:
+    q = int(quota)
+    return float("inf") if q < 0 else q / int(period)
+
+
+def _mem(text: str) -> float:
+    v = int(text)
+    return float("inf") if v < 0 or v >= V1_UNLIMITED_READBACK else float(v)
+
+
+@dataclass
+class PodInfo:
+    raw: dict[str, Any]
+    pod_dir: str  # below each mount
+    containers: dict[str, str] = field(default_factory=dict)  # name -> current container id
+    attempts: dict[str, int] = field(default_factory=dict)
+
+
+class ResizeNode:
+    def __init__(
+        self,
+        tree: FakeCgroupTree,
+        cri: FakeCRI,
+        state_dir: Path,
+        allocatable: str = "cpu=8,memory=16Gi",
+        **settings: Any,
+    ) -> None:
+        self.tree = tree
+        self.cri = cri
+        self.settings = Settings(
+            cgroupfs=tree.root,
+            cri_endpoint=cri.endpoint,
+            allocatable=parse_allocatable(allocatable),
+            hugepage_sizes=(),
+            state_dir=state_dir,
+            cgroup_version="1",
+            **settings,
+        )
+        self.files = CgroupFiles(tree.root, owned_roots(self.settings, tree.hierarchy))
+        self.env = Environment(self.settings, tree.hierarchy, (), self.files)
+        for tier in ("kubepods", "kubepods/burstable", "kubepods/besteffort"):
+            tree.create(tier, ["cpu", "memory"])
+        self.pods: dict[str, PodInfo] = {}
+        self.events: list[Event] = []
+        self.violations: list[str] = []
+        self.fail_writes: set[int] = set()  # indexes of agent cgroup writes that fail
+        self.writes = 0
+        self.client = CRIClient(cri.endpoint)
+        self.restart_on_stop = True  # play the kubelet: start a stopped container again, new ID
+        self.on_event: Callable[[Event], None] | None = None
+        cri.service.on_update = self._on_update
+        self._stop_hook()
+
+    # ---- pods ----
+
+    def add_pod(self, raw: dict[str, Any]) -> PodView:
+        view = parse_pod(raw)
+        comp = compute_pod(view, self.settings.compute_config(()))
+        pod_dir = cgroup_dir(comp.cgroup, DriverKind.CGROUPFS)
+        self.tree.create(pod_dir, ["cpu", "memory"])
+        sandbox = self.cri.service.add_sandbox(
+            view.uid, view.name, view.namespace, cgroup_parent="/" + pod_dir
+        )
+        info = PodInfo(raw, pod_dir)
+        self.pods[view.name] = info
+        self._sandbox = getattr(self, "_sandbox", {})
+        self._sandbox[view.name] = sandbox
+        for cc in comp.containers:  # the kubelet creates each container with its values
+            self._start_container(view.name, cc.container.name, 0, cc.values)
+        return self.view(view.name)
+
+    def _start_container(
+        self, pod: str, name: str, attempt: int, values: ContainerValues | None = None
+    ) -> None:
+        info = self.pods[pod]
+        cid = cid_for(pod, name, attempt)
+        info.containers[name] = cid
+        info.attempts[name] = attempt
+        self.tree.create(container_dir(info.pod_dir, cid, DriverKind.CGROUPFS), ["cpu", "memory"])
+        self.cri.service.add_container(self._sandbox[pod], name, container_id=cid, attempt=attempt)
+        if values is not None:  # the kubelet creates it with its values (runc writes them at create)
+            self._write_container(
+                cid, values.cpu_shares, values.cpu_quota, values.cpu_period, values.memory_limit
+            )
+
+    def resize(self, pod: str, containers: dict[str, dict[str, Any]]) -> PodView:
+        """Change the pod spec's resources (the /resize subresource): name -> {"requests":.., "limits":..}."""
+        for c in self.pods[pod].raw["spec"]["containers"]:
+            if c["name"] in containers:
+                c["resources"] = {k: dict(v) for k, v in containers[c["name"]].items()}
+        return self.view(pod)
+
+    def view(self, pod: str) -> PodView:
+        info = self.pods[pod]
+        raw = dict(info.raw)
+        raw["status"] = {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": n, "containerID": f"containerd://{cid}", "state": {"running": {}}}
+                for n, cid in info.containers.items()
+            ],
+        }
+        return parse_pod(raw)
+
+    def views(self) -> list[PodView]:
+        return [self.view(p) for p in self.pods]
+
+    def container_path(self, pod: str, name: str, filename: str) -> str:
+        controller = "memory" if filename.startswith("memory.") else "cpu"
+        info = self.pods[pod]
+        return f"{controller}/{info.pod_dir}/{info.containers[name]}/{filename}"
+
+    def pod_path(self, pod: str, filename: str) -> str:
+        controller = "memory" if filename.startswith("memory.") else "cpu"
+        return f"{controller}/{self.pods[pod].pod_dir}/{filename}"
+
+    def set_usage(self, pod: str, container: str | None, usage: int) -> None:
+        path = (
+            self.pod_path(pod, "memory.usage_in_bytes")
+            if container is None
+            else self.container_path(pod, container, "memory.usage_in_bytes")
+        )
+        self.tree.set(path, str(usage))
+
+    def read(self, relpath: str) -> str:
+        return self.tree.read(relpath)
+
+    # ---- the engine ----
+
+    def engine(self, timing: Timing | None = None, clock: Callable[[], float] | None = None) -> ResizeEngine:
+        return ResizeEngine(
+            self.settings,
+            self.env,
+            self.client,
+            store=CheckpointStore(self.settings.state_dir),
+            cgroup=self._runner(file_runner(self.files)),
+            timing=timing or Timing(backoff_base_s=0.0, backoff_cap_s=0.0, deferred_retry_s=0.0),
+            **({"clock": clock} if clock else {}),
+        )
+
+    def _runner(self, inner: CgroupStepRunner) -> CgroupStepRunner:
+        def run(step: CgroupStep) -> int:
+            index = self.writes
+            self.writes += 1
+            if index in self.fail_writes:
+                raise OSError(5, f"injected failure of write #{index}", step.path)
+            old = self.read(step.path)
+            n = inner(step)
+            self._record(Event("write", step.path, step.setting.value, old))
+            return n
+
+        return run
+
+    def _record(self, event: Event) -> None:
+        self.events.append(event)
+        self.violations.extend(self.check())
+        if self.on_event is not None:
+            self.on_event(event)
+
+    # ---- the runtime (runc's side of UpdateContainerResources and StopContainer) ----
+
+    def _find(self, cid: str) -> tuple[str, str]:
+        for pod, info in self.pods.items():
+            for name, c in info.containers.items():
+                if c == cid:
+                    return pod, name
+        raise KeyError(cid)
+
+    def _write_container(self, cid: str, shares: int, quota: int, period: int, memory: int) -> None:
+        pod, name = self._find(cid)
+        if memory:
+            path = self.container_path(pod, name, "memory.usage_in_bytes")
+            usage = int(self.read(path))
+            if memory > 0 and memory < usage:
+                raise Refuse(f"failed to write {memory} to memory.limit_in_bytes: device or resource busy")
+            self.tree.set(
+                self.container_path(pod, name, "memory.limit_in_bytes"),
+                str(memory // 4096 * 4096 if memory > 0 else V1_UNLIMITED_READBACK),
+            )
+        if quota or period:
+            period = period or int(self.read(self.container_path(pod, name, "cpu.cfs_period_us")))
+            quota = quota or int(self.read(self.container_path(pod, name, "cpu.cfs_quota_us")))
+            pod_ratio = _ratio(
+                self.read(self.pod_path(pod, "cpu.cfs_quota_us")),
+                self.read(self.pod_path(pod, "cpu.cfs_period_us")),
+            )
+            if _ratio(str(quota), str(period)) > pod_ratio:
+                raise Refuse(f"failed to write {quota} to cpu.cfs_quota_us: invalid argument")
+            self.tree.set(self.container_path(pod, name, "cpu.cfs_period_us"), str(period))
+            self.tree.set(self.container_path(pod, name, "cpu.cfs_quota_us"), str(quota))
+        if shares:
+            self.tree.set(self.container_path(pod, name, "cpu.shares"), str(shares))
+
+    def container_state(self, pod: str, name: str) -> tuple[float, float, int]:
+        """(cpu limit as quota/period, memory limit, shares) as the container's cgroup shows them."""
+        q = self.read(self.container_path(pod, name, "cpu.cfs_quota_us"))
+        p = self.read(self.container_path(pod, name, "cpu.cfs_period_us"))
+        m = _mem(self.read(self.container_path(pod, name, "memory.limit_in_bytes")))
+        return _ratio(q, p), m, int(self.read(self.container_path(pod, name, "cpu.shares")))
+
+    def _on_update(self, container: FakeContainer, merged: pb.LinuxContainerResources) -> None:
+        pod, name = self._find(container.id)
+        old = self.container_state(pod, name)
+        self._write_container(
+            container.id, merged.cpu_shares, merged.cpu_quota, merged.cpu_period, merged.memory_limit_in_bytes
+        )
+        self._record(Event("update", f"{pod}/{name}", self.container_state(pod, name), old))
+
+    def _stop_hook(self) -> None:
+        service = self.cri.service
+        original = service.StopContainer
+
+        def stop(request: pb.StopContainerRequest, context: Any) -> pb.StopContainerResponse:
+            response = original(request, context)
+            pod, name = self._find(request.container_id)
+            info = self.pods[pod]
+            # runc removes the cgroup of an exited container
+            self.tree.remove(f"cpu/{info.pod_dir}/{request.container_id}")
+            self.tree.remove(f"memory/{info.pod_dir}/{request.container_id}")
+            self._record(Event("stop", f"{pod}/{name}"))
+            if self.restart_on_stop:  # the kubelet starts it again, with the spec's values
+                from agent.compute.container import compute_container
+
+                view = self.view(pod)
+                c = next(c for c in view.containers if c.name == name)
+                values = compute_container(view, c, self.settings.compute_config(())).values
+                self._start_container(pod, name, info.attempts[name] + 1, values)
+            return response
+
+        service.StopContainer = stop  # type: ignore[method-assign]
+
+    # ---- the invariant, on the tree as it is now ----
+
+    def check(self) -> list[str]:
+        out: list[str] = []
+        for pod, info in self.pods.items():
+            pq = self.read(f"cpu/{info.pod_dir}/cpu.cfs_quota_us")
+            pp = self.read(f"cpu/{info.pod_dir}/cpu.cfs_period_us")
+            pm = _mem(self.read(f"memory/{info.pod_dir}/memory.limit_in_bytes"))
+            parent = info.pod_dir.rsplit("/", 1)[0]
+            tm = _mem(self.read(f"memory/{parent}/memory.limit_in_bytes"))
+            if pm != float("inf") and pm > tm:
+                out.append(f"{pod}: pod memory {pm} above its tier's {tm}")
+            pod_level = self.view(pod).pod_limits
+            cpu_sum = mem_sum = 0.0
+            for name, cid in info.containers.items():
+                base = f"{info.pod_dir}/{cid}"
+                if not self.tree.path(f"cpu/{base}").exists():
+                    continue
+                cr = _ratio(
+                    self.read(f"cpu/{base}/cpu.cfs_quota_us"), self.read(f"cpu/{base}/cpu.cfs_period_us")
+                )
+                cm = _mem(self.read(f"memory/{base}/memory.limit_in_bytes"))
+                if cr != float("inf") and cr > _ratio(pq, pp) + 1e-9:
+                    out.append(f"{pod}/{name}: cpu {cr} above the pod's {_ratio(pq, pp)}")
+                if cm != float("inf") and cm > pm:
+                    out.append(f"{pod}/{name}: memory {cm} above the pod's {pm}")
+                cpu_sum += cr
+                mem_sum += cm
+            if pod_level is None and cpu_sum != float("inf") and cpu_sum > _ratio(pq, pp) + 1e-9:
+                out.append(f"{pod}: containers' cpu sum {cpu_sum} above the pod's {_ratio(pq, pp)}")
+            if pod_level is None and mem_sum != float("inf") and mem_sum > pm:
+                out.append(f"{pod}: containers' memory sum {mem_sum} above the pod's {pm}")
+        return out
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def container_id(value: str) -> ContainerID:
+    return ContainerID(value)
+
+
+def signature(event: Event) -> tuple[str, str, int] | None:
+    """(who, resource, +1 grow / -1 shrink) of one event; None when it changed nothing."""
+    if event.kind == "stop":
+        return ("stop:" + event.target.split("/", 1)[1], "restart", 0)
+    if event.kind == "update":
+        (oc, om, os_), (nc, nm, ns) = event.old, event.value
+        who = "ctr:" + event.target.split("/", 1)[1]
+        if nm != om:
+            return (who, "memory", 1 if nm > om else -1)
+        if nc != oc:
+            return (who, "cpu", 1 if nc > oc else -1)
+        if ns != os_:
+            return (who, "cpu", 1 if ns > os_ else -1)
+        return None
+    path: str = event.target
+    resource = "memory" if path.startswith("memory/") else "cpu"
+    who = "pod" if "/pod" in path else "tier"
+    old, new = event.old, event.value
+    if path.endswith("memory.limit_in_bytes"):
+        o, n = _mem(old), _mem(new)
+    else:
+        o, n = float(int(old)), float(int(new))
+        if path.endswith("cfs_quota_us"):
+            o = float("inf") if o < 0 else o
+            n = float("inf") if n < 0 else n
+    if o == n:
+        return None
+    return (who, resource, 1 if n > o else -1)
+
+
+def assert_kubelet_order(events: list[Event], *, phases: bool = True) -> list[tuple[str, str, int]]:
+    """The ordering rules of anchors §2.3 over one resize's events; returns the signatures.
+
+    Per resource: a growing pod limit before any container increase, container decreases before the
+    pod shrinks, container decreases before increases; memory's phase entirely before CPU's (`phases`)."""
+    sigs = [s for s in (signature(e) for e in events) if s is not None]
+    for resource in ("memory", "cpu"):
+        idx = [(i, s) for i, s in enumerate(sigs) if s[1] == resource]
+        pod_up = [i for i, s in idx if s[0] == "pod" and s[2] > 0]
+        pod_down = [i for i, s in idx if s[0] == "pod" and s[2] < 0]
+        c_up = [i for i, s in idx if s[0].startswith("ctr:") and s[2] > 0]
+        c_down = [i for i, s in idx if s[0].startswith("ctr:") and s[2] < 0]
+        assert all(g < u for g in pod_up for u in c_up), (resource, sigs)
+        assert all(d < s for d in c_down for s in pod_down), (resource, sigs)
+        assert all(d < u for d in c_down for u in c_up), (resource, sigs)
+    if phases:
+        mem = [i for i, s in enumerate(sigs) if s[1] == "memory"]
+        cpu = [i for i, s in enumerate(sigs) if s[1] == "cpu"]
+        assert not mem or not cpu or max(mem) < min(cpu), sigs
+    return sigs
