@@ -13,7 +13,7 @@
 #   KCA_V2GUEST_TIMEOUT      seconds for the whole guest run (default 600)
 #   KCA_V2GUEST_BUILD_TIMEOUT seconds for an image build (default 900)
 #   KCA_V2GUEST_MEM / _SMP   guest memory in MiB (2048) / vCPUs (2)
-#   KCA_V2GUEST_PYTEST_ARGS  extra pytest arguments for the guest, split on whitespace (e.g. "-k memory -x")
+#   KCA_V2GUEST_PYTEST_ARGS  extra pytest arguments for the guest, shell-quoted (e.g. "-x -k 'memory or slice'")
 #   KCA_V2GUEST_PYTHON       python of the project's venv (default .venv/bin/python)
 set -euo pipefail
 
@@ -43,6 +43,7 @@ BUILD_DIR=""      # partial image directory in the cache, removed unless it was 
 BUILD_PID=""      # process group leader of an image build
 TIMEOUT_PID=""    # `timeout` wrapping qemu
 QEMU_PIDFILE=""
+# shellcheck disable=SC2317  # invoked by the EXIT trap
 cleanup() {
   local rc=$? pid
   trap - EXIT INT TERM HUP
@@ -75,8 +76,15 @@ cleanup() {
       umount -l "$m" 2>/dev/null || true
     done < <(awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r)
   done
-  [ -n "$BUILD_DIR" ] && rm -rf "$BUILD_DIR"
-  [ -n "$WORK" ] && rm -rf "$WORK"
+  for dir in "$BUILD_DIR" "$WORK"; do
+    if [ -z "$dir" ] || [ ! -d "$dir" ]; then continue; fi
+    if awk -v d="$dir/" 'index($2, d) == 1 {found=1} END {exit !found}' /proc/mounts; then
+      log "cleanup: mounts remain under $dir; NOT removing it"
+      if [ "$rc" = 0 ]; then rc=1; fi
+    else
+      rm -rf --one-file-system "$dir"
+    fi
+  done
   exit "$rc"
 }
 trap cleanup EXIT
@@ -128,8 +136,9 @@ else
   CACHE_STATE=cold
   step "wheels for /opt/venv (pip download on the host)"
   mkdir -p "$WORK/wheels"
+  # (the machine's pip configuration may name find-links directories that do not exist: not our noise)
   "$PY" -m pip download -q --disable-pip-version-check --only-binary=:all: \
-    -d "$WORK/wheels" -r "$WORK/pins.txt"
+    -d "$WORK/wheels" -r "$WORK/pins.txt" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
   cp "$WORK/pins.txt" "$WORK/wheels/pins.txt"
   log "$(find "$WORK/wheels" -name '*.whl' | wc -l) wheels, $(du -sh "$WORK/wheels" | cut -f1)"
 
@@ -161,8 +170,9 @@ tar -C "$ROOT" -cf - --exclude=./.venv --exclude=./.git --exclude=__pycache__ --
   | tar -C "$WORK/src" -xf -
 cp "$HERE/guest/run-tests.sh" "$WORK/ci/run.sh"
 if [ -n "${KCA_V2GUEST_PYTEST_ARGS:-}" ]; then
-  # shellcheck disable=SC2086  # split on whitespace, one argument a line
-  printf '%s\n' $KCA_V2GUEST_PYTEST_ARGS > "$WORK/ci/pytest-args"
+  # shell-style words (quotes allowed), one argument a line
+  python3 -c 'import shlex, sys; print("\n".join(shlex.split(sys.argv[1])))' "$KCA_V2GUEST_PYTEST_ARGS" \
+    > "$WORK/ci/pytest-args"
 fi
 log "project copy: $(du -sh "$WORK/src" | cut -f1)"
 
@@ -208,15 +218,17 @@ else
   cat "$WORK/qemu.log" 2>/dev/null || true
   rc=1
 fi
-counts=$(python3 "$HERE/host/junit_summary.py" "$OUT/junit.xml" 2>/dev/null | tail -n 1 || true)
+report=$(python3 "$HERE/host/junit_summary.py" "$OUT/junit.xml" 2>/dev/null || true)
+counts=$(tail -n 1 <<< "$report")
 TOTAL_S=$(( $(date +%s) - T0 ))
 echo "=============================================================== v2guest summary"
 echo "image:        $IMAGE ($CACHE_STATE cache)"
 echo "guest boot:   ${boot_up:-?} s to the CI runner (guest uptime); qemu run ${GUEST_S} s"
 echo "tests:        ${counts:-no report}"
-echo "pytest rc:    $rc"
+echo "exit code:    $rc (the guest's pytest exit code; 1 when it never reported)"
 echo "wall time:    ${TOTAL_S} s"
 echo "logs:         $ARTIFACTS"
+head -n -1 <<< "$report" | sed 's/^/              /'
 echo "==============================================================================="
 [ -n "$counts" ] && echo "v2guest: $counts"
 exit "$rc"

@@ -49,7 +49,9 @@ M=$(echo "$R"/lib/modules/*)
 rm -rf "$M"/kernel/drivers/{gpu,media,net/wireless,net/ethernet,infiniband,staging,sound,bluetooth,iio,isdn} \
        "$M"/kernel/drivers/{input/touchscreen,hid,usb,mmc,nfc,scsi/qla2xxx,scsi/lpfc,scsi/mpt3sas,scsi/be2iscsi} \
        "$M"/kernel/drivers/{thunderbolt,mtd,w1,leds,platform/x86} "$M"/kernel/sound \
-       "$M"/kernel/net/{wireless,mac80211,bluetooth}
+       "$M"/kernel/net/{wireless,mac80211,bluetooth} \
+       "$M"/kernel/drivers/{ata,watchdog,i2c,mfd,input/misc,net/wan,net/can,video,firewire,pcmcia} \
+       "$M"/kernel/arch/x86/kvm  # udev would load these for q35's AHCI/ICH9/SVM under TCG: seconds of boot
 in_root depmod -a "$(basename "$M")"
 printf 'MODULES=list\nCOMPRESS=zstd\n' > "$R/etc/initramfs-tools/conf.d/ci.conf"
 printf 'virtio_pci\nvirtio_blk\next4\n' >> "$R/etc/initramfs-tools/modules"
