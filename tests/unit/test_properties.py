@@ -21,7 +21,7 @@ from cgroupfs.convert import (
 )
 from cgroupfs.layout import Hierarchy, RenderOptions
 from cgroupfs.naming import expand_slice, parse_systemd, to_cgroupfs, to_systemd, to_systemd_unit
-from cgroupfs.types import CgroupName, DriverKind
+from cgroupfs.types import CgroupName, CgroupValues, DriverKind
 from tests.unit.podbuild import ctr, pod, view
 
 milli = st.integers(min_value=0, max_value=10_000_000)
@@ -153,3 +153,31 @@ def test_a_tree_at_the_desired_values_diffs_empty(
     # and an empty tree differs everywhere
     empty = diff(comp, files, Observation({}, {}))
     assert len(empty.changes) == len(files)
+
+
+pages = st.integers(min_value=1, max_value=2**28).map(lambda v: v * 4096)
+values_strategy = st.builds(
+    CgroupValues,
+    cpu_shares=st.one_of(st.none(), st.integers(min_value=2, max_value=262144)),
+    cpu_quota=st.one_of(st.none(), st.just(-1), st.integers(min_value=1000, max_value=10**8)),
+    cpu_period=st.one_of(st.none(), st.integers(min_value=1000, max_value=1_000_000)),
+    memory_limit=st.one_of(st.none(), st.just(-1), pages),
+    memory_reservation=st.one_of(st.none(), pages),
+    hugetlb=st.dictionaries(
+        st.sampled_from([2 * 1024**2, 1024**3]),
+        st.integers(min_value=0, max_value=1024).map(lambda v: v * 1024**3),
+    ),
+)
+
+
+@given(values_strategy, st.sampled_from(sorted(HIERARCHIES)), st.sampled_from(list(DriverKind)))
+def test_parse_after_render_is_the_identity_for_every_file(
+    values: CgroupValues, mode: str, driver: DriverKind
+) -> None:
+    for s in layout.render(
+        CgroupName(("kubepods", "pod1")), values, HIERARCHIES[mode], RenderOptions(driver)
+    ):
+        canon = layout.canonical(s.filename, s.value)
+        assert layout.canonical(s.filename, canon) == canon
+        if canon != "max":  # v1 writes -1 for unlimited; every other value reads back as written
+            assert canon == s.value, (s.filename, s.value)
