@@ -442,6 +442,14 @@ def build_plan(
                 c.append(CgroupStep(s, f.current, "memory", g.owner, g.pod))
         if include_containers:
             d.extend(_container_steps(c_up, resource, desired_containers))
+        if resource != "memory":
+            # a held-back memory limit stays where it is in every later update of that container
+            for part in (b, d):
+                for i, step in enumerate(part):
+                    if isinstance(step, ContainerStep) and step.pod in blocked_memory:
+                        g = groups[(Owner.CONTAINER.value, str(step.changes[0].setting.cgroup), step.container)]
+                        current = _current_container_values(g, step.values).memory_limit
+                        part[i] = replace(step, values=replace(step.values, memory_limit=current))
         phases[resource] = (a, b, c, d)
 
     restart_steps: list[Step] = []

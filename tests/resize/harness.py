@@ -130,7 +130,6 @@ class ResizeNode:
         self.restart_on_stop = True  # play the kubelet: start a stopped container again, new ID
         self.on_event: Callable[[Event], None] | None = None
         cri.service.on_update = self._on_update
-        self._stop_hook()
 
     # ---- pods ----
 
@@ -212,7 +211,7 @@ class ResizeNode:
         return ResizeEngine(
             self.settings,
             self.env,
-            self.client,
+            _Runtime(self.client, self._stopped),
             store=CheckpointStore(self.settings.state_dir),
             cgroup=self._runner(file_runner(self.files)),
             timing=timing or Timing(backoff_base_s=0.0, backoff_cap_s=0.0, deferred_retry_s=0.0),
@@ -287,28 +286,21 @@ class ResizeNode:
         )
         self._record(Event("update", f"{pod}/{name}", self.container_state(pod, name), old))
 
-    def _stop_hook(self) -> None:
-        service = self.cri.service
-        original = service.StopContainer
+    def _stopped(self, container_id: str) -> None:
+        """After a successful StopContainer: runc removes the exited container's cgroup, and (unless
+        `restart_on_stop` is off, a bare node) the kubelet starts it again with the spec's values."""
+        pod, name = self._find(container_id)
+        info = self.pods[pod]
+        self.tree.remove(f"cpu/{info.pod_dir}/{container_id}")
+        self.tree.remove(f"memory/{info.pod_dir}/{container_id}")
+        self._record(Event("stop", f"{pod}/{name}"))
+        if self.restart_on_stop:
+            from agent.compute.container import compute_container
 
-        def stop(request: pb.StopContainerRequest, context: Any) -> pb.StopContainerResponse:
-            response = original(request, context)
-            pod, name = self._find(request.container_id)
-            info = self.pods[pod]
-            # runc removes the cgroup of an exited container
-            self.tree.remove(f"cpu/{info.pod_dir}/{request.container_id}")
-            self.tree.remove(f"memory/{info.pod_dir}/{request.container_id}")
-            self._record(Event("stop", f"{pod}/{name}"))
-            if self.restart_on_stop:  # the kubelet starts it again, with the spec's values
-                from agent.compute.container import compute_container
-
-                view = self.view(pod)
-                c = next(c for c in view.containers if c.name == name)
-                values = compute_container(view, c, self.settings.compute_config(())).values
-                self._start_container(pod, name, info.attempts[name] + 1, values)
-            return response
-
-        service.StopContainer = stop  # type: ignore[method-assign]
+            view = self.view(pod)
+            c = next(c for c in view.containers if c.name == name)
+            values = compute_container(view, c, self.settings.compute_config(())).values
+            self._start_container(pod, name, info.attempts[name] + 1, values)
 
     # ---- the invariant, on the tree as it is now ----
 
@@ -402,3 +394,18 @@ def assert_kubelet_order(events: list[Event], *, phases: bool = True) -> list[tu
         cpu = [i for i, s in enumerate(sigs) if s[1] == "cpu"]
         assert not mem or not cpu or max(mem) < min(cpu), sigs
     return sigs
+
+
+class _Runtime:
+    """The CRI client, with the kubelet's and runc's side of a StopContainer played after it returns."""
+
+    def __init__(self, client: CRIClient, stopped: Callable[[str], None]) -> None:
+        self.client = client
+        self.stopped = stopped
+
+    def update_container_resources(self, container_id: ContainerID, values: ContainerValues) -> None:
+        self.client.update_container_resources(container_id, values)
+
+    def stop_container(self, container_id: ContainerID, timeout_s: int) -> None:
+        self.client.stop_container(container_id, timeout_s)
+        self.stopped(container_id)
