@@ -83,6 +83,12 @@ def diff_table(node: NodeDiff, show_all: bool = False) -> str:
         lines.append(f"{indent}{f.setting.path:<70} {_arrow(f)}")
     if not files:
         lines.append("no differences")
+    elif not show_all:
+        counts = {o: sum(1 for f in files if f.desired.owner is o) for o in Owner}
+        lines.append(
+            f"{len(files)} value(s) differ: {counts[Owner.TIER]} in QoS tiers, {counts[Owner.POD]} in pod cgroups, "
+            f"{counts[Owner.CONTAINER]} in containers"
+        )
     lines.extend(_footer(node.warnings, node.errors))
     return "\n".join(lines)
 
