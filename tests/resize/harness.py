@@ -125,6 +125,8 @@ class ResizeNode:
         self.events: list[Event] = []
         self.violations: list[str] = []
         self.fail_writes: set[int] = set()  # indexes of agent cgroup writes that fail
+        self.fail_updates: set[int] = set()  # indexes of UpdateContainerResources calls that fail
+        self.updates = 0
         self.writes = 0
         self.client = CRIClient(cri.endpoint)
         self.restart_on_stop = True  # play the kubelet: start a stopped container again, new ID
@@ -279,6 +281,10 @@ class ResizeNode:
         return _ratio(q, p), m, int(self.read(self.container_path(pod, name, "cpu.shares")))
 
     def _on_update(self, container: FakeContainer, merged: pb.LinuxContainerResources) -> None:
+        index = self.updates
+        self.updates += 1
+        if index in self.fail_updates:
+            raise Refuse(f"injected failure of update #{index}")
         pod, name = self._find(container.id)
         old = self.container_state(pod, name)
         self._write_container(
