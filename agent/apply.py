@@ -14,7 +14,7 @@ from typing import Any
 from agent import pipeline
 from agent.diff import not_yet_created
 from agent.execute import Execution, execute, file_runner
-from agent.model import Problem
+from agent.model import PodView, Problem
 from agent.plan import Plan
 from agent.settings import Settings
 
@@ -74,14 +74,23 @@ def ensure_tiers(env: pipeline.Environment) -> None:
 def reconcile_once(settings: Settings, env: pipeline.Environment | None = None) -> ApplyReport:
     env = env or pipeline.environment(settings)
     cri = None
+    enrich = None
     if settings.cri_endpoint:
         from agent.cri.client import CRIClient
+        from agent.runtime_ids import with_runtime_ids
 
         cri = CRIClient(settings.cri_endpoint)
-        cri.version()  # a runtime that does not answer stops everything before any write
+        runtime = (
+            cri.version().runtime_name
+        )  # a runtime that does not answer stops everything before any write
+        client = cri
+
+        def enrich(pods: tuple[PodView, ...]) -> tuple[PodView, ...]:
+            return with_runtime_ids(pods, client, runtime)
+
     if settings.create_qos_cgroups:
         ensure_tiers(env)
-    result = pipeline.run(settings, include_containers=True, env=env)
+    result = pipeline.run(settings, include_containers=True, env=env, enrich=enrich)
     node, waiting = not_yet_created(result.diff)
     from agent.plan import build_plan
 

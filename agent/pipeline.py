@@ -8,6 +8,7 @@ files come from.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.compute import NodeComputation, compute_node
@@ -108,10 +109,20 @@ class Result:
         return build_plan(self.diff, self.extra, include_containers=include_containers)
 
 
-def run(settings: Settings, include_containers: bool = True, env: Environment | None = None) -> Result:
+PodEnricher = Callable[[tuple[PodView, ...]], tuple[PodView, ...]]
+
+
+def run(
+    settings: Settings,
+    include_containers: bool = True,
+    env: Environment | None = None,
+    enrich: PodEnricher | None = None,
+) -> Result:
+    """`enrich` may complete the pods before computing (e.g. container IDs from the runtime)."""
     env = env or environment(settings)
     loaded = load_pods(settings)
-    comp = compute(settings, env, loaded.pods, loaded.errors)
+    pods = enrich(loaded.pods) if enrich is not None else loaded.pods
+    comp = compute(settings, env, pods, loaded.errors)
     wanted = desired_files(
         comp, env.hierarchy, env.render_options, env.container_render_options, include_containers
     )
