@@ -173,6 +173,10 @@ class ResizeNode:
         return self.view(pod)
 
     def view(self, pod: str) -> PodView:
+        return parse_pod(self.raw(pod))
+
+    def raw(self, pod: str) -> dict[str, Any]:
+        """The pod as the API would show it: the spec plus a status naming each container's ID."""
         info = self.pods[pod]
         raw = dict(info.raw)
         raw["status"] = {
@@ -182,7 +186,7 @@ class ResizeNode:
                 for n, cid in info.containers.items()
             ],
         }
-        return parse_pod(raw)
+        return raw
 
     def views(self) -> list[PodView]:
         return [self.view(p) for p in self.pods]
