@@ -10,8 +10,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
-import guestlib
 import pytest
+
+from tests.v2guest import guestlib
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

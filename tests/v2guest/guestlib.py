@@ -1,7 +1,7 @@
 """Helpers for tests that run inside the cgroup v2 + systemd guest (make e2e-v2).
 
-Import it from a test module in tests/v2guest as `import guestlib` (pytest puts this directory on
-sys.path). Nothing here runs at import time, so the host can collect (and skip) the guest tests.
+`from tests.v2guest import guestlib`. Nothing here runs at import time, so the host can collect (and
+skip) the guest tests.
 """
 
 from __future__ import annotations

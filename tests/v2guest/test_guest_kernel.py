@@ -11,9 +11,7 @@ import os
 import uuid
 from pathlib import Path
 
-import guestlib
 import pytest
-from guestlib import CgroupTree, SliceFactory, read_text, write_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +28,8 @@ from cgroupfs.layout import (
 )
 from cgroupfs.naming import expand_slice, to_systemd, to_systemd_unit
 from cgroupfs.types import UNLIMITED, CgroupName, CgroupValues, CgroupVersion, DriverKind
+from tests.v2guest import guestlib
+from tests.v2guest.guestlib import CgroupTree, SliceFactory, read_text, write_text
 
 pytestmark = pytest.mark.v2guest
 

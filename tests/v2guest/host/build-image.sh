@@ -11,7 +11,7 @@ GUEST=$(cd "$HERE/../guest" && pwd)
 log() { echo "[build-image $(date +%T)] $*"; }
 
 PACKAGES=systemd,systemd-sysv,dbus,udev,kmod,python3,python3-venv,linux-image-amd64,initramfs-tools,zstd
-PACKAGES+=,containerd,runc,iproute2,procps
+PACKAGES+=,containerd,runc,busybox-static,iproute2,procps
 SUITE=$(awk 'NR==1 {print $3}' "$SOURCES")
 mapfile -t MIRRORS < "$SOURCES"
 ROOTFS=$OUT/rootfs
