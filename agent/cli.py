@@ -144,16 +144,34 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from agent import pipeline, render
 
-    result = pipeline.run(build_settings(args))
+    settings = build_settings(args)
+    result = pipeline.run(settings)
     plan = result.plan()
     errors = (*result.diff.errors, *plan.errors)
     from agent.plan import Plan
 
     shown = Plan(plan.steps, (*result.diff.warnings, *plan.warnings), errors)
-    print(render.plan_json(shown) if args.output == "json" else render.plan_table(shown))
+    resizes = _resize_dry_run(settings, result.env)  # the resize engine's steps, when it manages the node
+    if resizes is not None:
+        resized = resizes.plan()
+        errors = resized.errors
+        shown = Plan(resized.steps, resized.warnings, errors)
+        plan = resized
+    statuses = resizes.statuses if resizes is not None else ()
+    print(render.plan_json(shown, statuses) if args.output == "json" else render.plan_table(shown, statuses))
     if errors:
         return EXIT_ERROR
     return EXIT_DIFFERENCES if plan.steps else EXIT_OK
+
+
+def _resize_dry_run(settings: Settings, env: Any) -> Any:
+    """The resize engine's dry run (agent.resize.engine.dry_run) when a resize checkpoint exists."""
+    from agent.pipeline import load_pods
+    from agent.resize.engine import dry_run
+
+    if not (settings.state_dir / "resize-checkpoint.json").exists():
+        return None
+    return dry_run(settings, env, load_pods(settings).pods)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -172,7 +190,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         raise UsageError(f"{wanted} matches {len(matches)} pods; give namespace/name or the UID")
     comp = matches[0]
     files = [f for f in result.diff.files if f.desired.pod == comp.pod.key]
-    print(render.explain(comp, files))
+    resizes = _resize_dry_run(settings, result.env)
+    status = next((s for s in resizes.statuses if s.uid == comp.pod.uid), None) if resizes else None
+    print(render.explain(comp, files, status))
     return EXIT_OK
 
 

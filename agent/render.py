@@ -10,6 +10,7 @@ from agent.compute.pod import PodComputation
 from agent.diff import FileDiff, NodeDiff, Owner
 from agent.model import UNLIMITED, Problem, Resources
 from agent.plan import CgroupStep, ContainerStep, Plan, RestartStep
+from agent.resize.types import ResizeStatus
 from cgroupfs.convert import hugepage_size_name
 
 
@@ -93,19 +94,26 @@ def diff_table(node: NodeDiff, show_all: bool = False) -> str:
     return "\n".join(lines)
 
 
-def plan_json(plan: Plan) -> str:
+def plan_json(plan: Plan, resizes: Sequence[ResizeStatus] = ()) -> str:
     return json.dumps(
         {
             "steps": [s.to_json() for s in plan.steps],
             "warnings": _problems(plan.warnings),
             "errors": _problems(plan.errors),
+            "resizes": [r.to_json() for r in resizes],
         },
         indent=2,
     )
 
 
-def plan_table(plan: Plan) -> str:
-    lines: list[str] = []
+def resize_line(status: ResizeStatus) -> str:
+    """One line per pod resize: state, reason and message (plan's table, explain)."""
+    why = f" ({status.reason})" if status.reason else ""
+    return f"resize {status.pod}: {status.state.value}{why}" + (f" — {status.message}" if status.message else "")
+
+
+def plan_table(plan: Plan, resizes: Sequence[ResizeStatus] = ()) -> str:
+    lines: list[str] = [resize_line(r) for r in resizes]
     for i, s in enumerate(plan.steps, 1):
         if isinstance(s, CgroupStep):
             cur = "(missing)" if s.current is None else s.current
@@ -146,7 +154,9 @@ def _num(v: int | None) -> str:
     return "unlimited (-1)" if v == UNLIMITED else str(v)
 
 
-def explain(comp: PodComputation, files: Sequence[FileDiff] = ()) -> str:
+def explain(
+    comp: PodComputation, files: Sequence[FileDiff] = (), resize: ResizeStatus | None = None
+) -> str:
     """How each value of one pod was derived: QoS and why, each sum, each formula, each file."""
     p = comp.pod
     v = comp.values
@@ -207,6 +217,8 @@ def explain(comp: PodComputation, files: Sequence[FileDiff] = ()) -> str:
         lines.append("  files:")
         for f in files:
             lines.append(f"    {f.setting.path:<70} {_arrow(f)}")
+    if resize is not None:
+        lines.append("  " + resize_line(resize))
     for w in comp.warnings:
         lines.append(f"  warning: {w}")
     return "\n".join(lines)

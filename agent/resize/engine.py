@@ -80,6 +80,7 @@ class PassReport:
     warnings: list[Problem] = field(default_factory=list)
     errors: list[Problem] = field(default_factory=list)
     statuses: tuple[ResizeStatus, ...] = ()
+    accepted: list[PodUID] = field(default_factory=list)  # resizes admitted in this pass (for events)
 
     @property
     def writes(self) -> int:
@@ -195,14 +196,15 @@ class ResizeEngine:
 
     # ---- pods in ----
 
-    def start(self, pods: Sequence[PodView]) -> list[Problem]:
+    def start(self, pods: Sequence[PodView], *, persist: bool = True) -> list[Problem]:
         """Load the checkpoint (or rebuild it from the kernel), admit every existing pod at its allocated
-        values, and only then queue the pods' pending resizes. Returns the warnings for the log."""
+        values, and only then queue the pods' pending resizes. Returns the warnings for the log.
+        With `persist` off (dry runs) nothing is written, not even a rebuilt checkpoint."""
         problems: list[Problem] = []
         try:
             records = self.store.load()
         except CheckpointCorrupt as err:
-            moved = self.store.quarantine()
+            moved = self.store.quarantine() if persist else self.store.path
             problems.append(
                 Problem(None, f"{err}; moved to {moved}; rebuilding the allocated state from the kernel")
             )
@@ -219,7 +221,8 @@ class ResizeEngine:
         self._state = sm.restore(records)
         self._pods = {}
         self.observe(pods)
-        self._save()
+        if persist:
+            self._save()
         return problems
 
     def observe(self, pods: Sequence[PodView]) -> None:
@@ -286,6 +289,7 @@ class ResizeEngine:
         now = self.clock()
         pods = list(self._pods.values())
         self._state, accepted = sm.admit_pending(self._state, pods, self.capacity, now, self.timing)
+        report.accepted = accepted
         if accepted and save:
             self._save()  # allocated state on disk before any step that depends on it
         snap = self.snapshot(reader)
@@ -485,3 +489,17 @@ def _waiting_outcome(containers: set[str]) -> sm.Outcome:
 
 def is_settled(status: ResizeStatus | None) -> bool:
     return status is None or status.state in (ResizeState.DONE, ResizeState.INFEASIBLE)
+
+
+def dry_run(settings: Settings, env: Environment, pods: Sequence[PodView]) -> PassReport | None:
+    """`plan` on a node whose resizes the agent manages (a checkpoint exists): what the engine would run
+    now, from the checkpointed allocations; None when there is no checkpoint (the plain pipeline then
+    shows the plan from the spec values)."""
+    store = CheckpointStore(settings.state_dir)
+    if not store.path.exists():
+        return None
+    engine = ResizeEngine(settings, env, None, store=store)
+    warnings = engine.start(pods, persist=False)
+    report = engine.dry_run()
+    report.warnings[:0] = warnings
+    return report

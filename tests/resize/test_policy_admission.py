@@ -319,7 +319,8 @@ def test_newer_desired_state_replaces_a_queued_one(node: ResizeNode) -> None:
     node.resize("p", {"app": {"limits": {"cpu": "1", "memory": "256Mi"}}})
     eng.observe(node.views())
     assert eng.status(node.view("p").uid).state is ResizeState.PROPOSED  # type: ignore[union-attr]
-    eng.reconcile()
+    report = eng.reconcile()
+    assert report.accepted == [node.view("p").uid]
     assert node.read(node.pod_path("p", "cpu.cfs_quota_us")) == "100000"
     assert "200000" not in [e.value for e in node.events]  # the replaced state never reached the kernel
 
