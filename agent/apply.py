@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent import pipeline
-from agent.diff import not_yet_created
-from agent.execute import Execution, execute, file_runner
-from agent.model import PodView, Problem
-from agent.plan import Plan
+from agent.compute import NodeComputation
+from agent.diff import Owner, not_yet_created
+from agent.execute import CgroupStepRunner, Execution, execute, file_runner
+from agent.model import UNLIMITED, ContainerValues, PodView, Problem
+from agent.plan import CgroupStep, Plan
 from agent.settings import Settings
+
+if TYPE_CHECKING:
+    from agent.cri.client import CRIClient
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -111,8 +115,38 @@ def reconcile_once(settings: Settings, env: pipeline.Environment | None = None) 
         runner = systemd_runner(
             SystemdUnits(SystemdBus()), env.files, settings.cpu_weight_formula.value, desired
         )
+    if cri is not None:
+        runner = _notify_sandboxes(runner, cri, result.diff.computation)
     execution = execute(plan, runner, cri)
     return ApplyReport(plan, execution, waiting, tuple(warnings), (*node.errors, *plan.errors))
+
+
+def _notify_sandboxes(runner: CgroupStepRunner, cri: CRIClient, comp: NodeComputation) -> CgroupStepRunner:
+    """Before a pod's first pod-level write, tell the runtime its new resources (UpdatePodSandboxResources,
+    best effort, as the kubelet does); a runtime without the rpc (containerd 1.6) is not asked again.
+    The agent writes the pod cgroup itself either way: runtimes only record the values and run NRI hooks."""
+    by_key = {p.pod.key: p for p in comp.pods}
+    told: set[str] = set()
+    supported = True
+
+    def run(step: CgroupStep) -> int:
+        nonlocal supported
+        pod = by_key.get(step.pod or "") if step.owner is Owner.POD else None
+        if supported and pod is not None and pod.pod.key not in told:
+            told.add(pod.pod.key)
+            sandboxes = [s for s in cri.list_sandboxes(pod_uid=pod.pod.uid) if s.ready]
+            if sandboxes:
+                v = pod.values
+                resources = ContainerValues(
+                    cpu_shares=v.cpu_shares or 2,
+                    cpu_quota=v.cpu_quota or UNLIMITED,
+                    cpu_period=v.cpu_period or 100_000,
+                    memory_limit=v.memory_limit or UNLIMITED,
+                )
+                supported = cri.update_pod_sandbox_resources(sandboxes[0].id, None, resources)
+        return runner(step)
+
+    return run
 
 
 def render_table(report: ApplyReport) -> str:

@@ -54,6 +54,9 @@ def test_containers_found_by_labels_and_resized(
     assert updates and {u.request["container_id"] for u in updates} == {
         new.id
     }  # the newest attempt, never the exited one
+    # the runtime is told of the pod's new resources before its cgroup is written (best effort)
+    sandbox_calls = [c for c in fake_cri.service.calls if c.method == "UpdatePodSandboxResources"]
+    assert len(sandbox_calls) == 1 and sandbox_calls[0].request["pod_sandbox_id"] == sandbox.id
     r = fake_cri.service.containers[new.id].resources
     assert (r.cpu_quota, r.cpu_period, r.cpu_shares, r.memory_limit_in_bytes) == (
         50000,
