@@ -146,7 +146,7 @@ else
   BUILD_DIR=$CACHE/.build-$KEY-$$
   rm -rf "$BUILD_DIR"; mkdir -p "$BUILD_DIR"
   setsid timeout -k 30 "$BUILD_TIMEOUT" bash "$HERE/host/build-image.sh" \
-    "$BUILD_DIR" "$WORK/wheels" "$WORK/sources.txt" > "$CACHE/build.log" 2>&1 < /dev/null &
+    "$BUILD_DIR" "$WORK/wheels" "$WORK/sources.txt" > "$CACHE/build.log" 2>&1 < /dev/null 9>&- &
   BUILD_PID=$!
   build_rc=0; wait "$BUILD_PID" || build_rc=$?
   BUILD_PID=""
@@ -189,7 +189,7 @@ timeout -k 15 "$TIMEOUT" qemu-system-x86_64 \
   -drive "file=$IMAGE/rootfs.img,format=raw,if=virtio,cache=unsafe,snapshot=on" \
   -virtfs "local,path=$WORK/ci,mount_tag=ci,security_model=none,id=ci" \
   -virtfs "local,path=$WORK/src,mount_tag=src,security_model=none,id=src,readonly=on" \
-  < /dev/null > "$WORK/qemu.log" 2>&1 &
+  < /dev/null > "$WORK/qemu.log" 2>&1 9>&- &
 TIMEOUT_PID=$!
 qemu_rc=0; wait "$TIMEOUT_PID" || qemu_rc=$?
 TIMEOUT_PID=""

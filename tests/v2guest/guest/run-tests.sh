@@ -34,5 +34,11 @@ python -m pytest -m v2guest tests/v2guest -p no:cacheprovider -rA --durations=8 
   --junitxml="$out/junit.xml" -o junit_suite_name=v2guest "${args[@]}" 2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}
 set -e
-echo "guest: pytest rc=$rc at uptime $(cut -d' ' -f1 /proc/uptime)s"
+end=$(cut -d' ' -f1 /proc/uptime)
+echo "guest: pytest rc=$rc at uptime ${end}s"
+{
+  echo "pytest_rc=$rc"
+  echo "pytest_end_uptime=$end"
+  echo "result=$(grep -E '^=+ .* in [0-9.]+s' "$out/pytest.log" | tail -n 1 | tr -d '=' | xargs)"
+} > "$out/summary.txt"
 exit "$rc"
