@@ -156,7 +156,8 @@ def render(
                 if opts.weight_formula == "quadratic"
                 else shares_to_weight_linear(values.cpu_shares)
             )
-            put(Controller.CPU, CPU_WEIGHT, str(weight))
+            if weight > 0:  # 0 means "unset" (runc); the kernel refuses it
+                put(Controller.CPU, CPU_WEIGHT, str(weight))
         if quota is not None or period is not None:
             put(Controller.CPU, CPU_MAX, render_cpu_max(quota, period))
 
@@ -170,13 +171,15 @@ def render(
         if values.memory_limit is not None:
             put(Controller.MEMORY, MEMORY_MAX, _v2_memory(values.memory_limit))
         if values.memory_reservation is not None:
-            put(Controller.MEMORY, MEMORY_LOW, str(values.memory_reservation))
+            put(Controller.MEMORY, MEMORY_LOW, _v2_memory(values.memory_reservation))
 
     huge = hierarchy.locate(Controller.HUGETLB)
     if huge is not None:
-        suffix = "limit_in_bytes" if huge[0] is CgroupVersion.V1 else "max"
+        v1 = huge[0] is CgroupVersion.V1
+        suffix = "limit_in_bytes" if v1 else "max"
         for size, limit in sorted(values.hugetlb.items()):
-            put(Controller.HUGETLB, f"hugetlb.{hugepage_size_name(size)}.{suffix}", str(limit))
+            text = _v1_memory(limit) if v1 else _v2_memory(limit)
+            put(Controller.HUGETLB, f"hugetlb.{hugepage_size_name(size)}.{suffix}", text)
     return tuple(out)
 
 
@@ -204,9 +207,12 @@ def canonical(filename: str, text: str) -> str:
         if text == "max":
             return "max"
         number = int(text)
-        if number == UNLIMITED or number >= V1_UNLIMITED_READBACK:
-            return "max"
         page = _hugetlb_page(filename) or PAGE_SIZE
+        # the kernel's page counter saturates at PAGE_COUNTER_MAX pages, rounded down to whole pages of
+        # this file's size: hugetlb (2 MiB pages) reads "max" from 9223372036852678656 on
+        ceiling = (V1_UNLIMITED_READBACK // PAGE_SIZE) // (page // PAGE_SIZE) * page
+        if number == UNLIMITED or number >= ceiling:
+            return "max"
         return str(page_round(number, page))
     return str(int(text))
 

@@ -351,3 +351,23 @@ def test_terminal_pods_are_left_out() -> None:
 def test_guaranteed_and_besteffort_containers_make_a_burstable_pod() -> None:
     p = view(pod("p", [ctr("a", lim={"cpu": "1", "memory": "1Gi"}), {"name": "b"}]))
     assert compute_pod(p, ComputeConfig()).qos.qos.value == "Burstable"
+
+
+def test_hugetlb_saturation_reads_as_unlimited_and_v2_unlimited_renders_max() -> None:
+    from cgroupfs import layout
+    from cgroupfs.types import UNLIMITED, CgroupName, CgroupValues
+
+    assert layout.canonical("hugetlb.2MB.max", "9223372036852678656") == "max"  # 2 MiB pages saturate here
+    assert layout.canonical("hugetlb.2MB.max", "9223372036850581504") == "9223372036850581504"
+    assert layout.canonical("hugetlb.2MB.limit_in_bytes", "-1") == "max"
+    v2 = layout.Hierarchy(unified="", unified_controllers=frozenset({"cpu", "memory", "hugetlb"}))
+    rendered = {
+        s.filename: s.value
+        for s in layout.render(
+            CgroupName(("p",)),
+            CgroupValues(cpu_shares=0, memory_reservation=UNLIMITED, hugetlb={H2M: UNLIMITED}),
+            v2,
+            layout.RenderOptions(weight_formula="quadratic"),
+        )
+    }
+    assert rendered == {"memory.low": "max", "hugetlb.2MB.max": "max"}  # weight 0 means unset: not written

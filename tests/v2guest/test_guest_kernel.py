@@ -159,12 +159,6 @@ def test_kernel_rejects_quota_below_1ms_and_minus_one_for_memory(cgroup_tree: Cg
 BOUNDARY_BYTES = [0, 4095, 4096, 1 << 62, V1_UNLIMITED_READBACK - 1, V1_UNLIMITED_READBACK, (1 << 63) - 1]
 # hugetlb saturates earlier: at PAGE_COUNTER_MAX rounded down to whole huge pages (2 MiB here)
 HUGETLB_2M_SATURATION = (V1_UNLIMITED_READBACK // 4096) // 512 * 512 * 4096  # 9223372036852678656
-CANONICAL_HUGETLB_MAX = pytest.mark.xfail(
-    strict=True,
-    reason="cgroupfs.layout.canonical: a hugetlb limit >= round_down(PAGE_COUNTER_MAX, pages per huge page) "
-    "* 4096 (9223372036852678656 for 2 MiB) reads back as 'max' (v2) or as that number (v1 for -1), but "
-    "canonical only treats >= 9223372036854771712 as unlimited. Reported; drop the xfail when fixed.",
-)
 HUGETLB_BOUNDARIES = [
     0,
     4096,
@@ -172,8 +166,8 @@ HUGETLB_BOUNDARIES = [
     HUGE_2M,
     1 << 62,
     HUGETLB_2M_SATURATION - HUGE_2M,
-    pytest.param(HUGETLB_2M_SATURATION, marks=CANONICAL_HUGETLB_MAX),
-    pytest.param(V1_UNLIMITED_READBACK - 1, marks=CANONICAL_HUGETLB_MAX),
+    HUGETLB_2M_SATURATION,
+    V1_UNLIMITED_READBACK - 1,
     V1_UNLIMITED_READBACK,
     (1 << 63) - 1,
 ]
@@ -198,13 +192,6 @@ def test_hugetlb_boundaries_read_back_canonically(cgroup_tree: CgroupTree, limit
     round_trip(cgroup_tree, CgroupValues(hugetlb={HUGE_2M: limit}))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OSError,
-    reason="cgroupfs.layout: on v2 an UNLIMITED memory_reservation or hugetlb limit renders as '-1' "
-    "(v1's form; the kernel wants 'max': EINVAL), and cpu_shares=0 with the quadratic formula as "
-    "cpu.weight '0' (ERANGE; runc treats 0 as unset). Reported; drop the xfail when render is fixed.",
-)
 @pytest.mark.parametrize(
     ("values", "opts"),
     [
@@ -214,12 +201,13 @@ def test_hugetlb_boundaries_read_back_canonically(cgroup_tree: CgroupTree, limit
     ],
     ids=["memory.low-unlimited", "hugetlb-unlimited", "quadratic-shares-0"],
 )
-def test_render_v2_edge_values_the_kernel_rejects(
+def test_render_v2_edge_values_are_accepted_by_the_kernel(
     cgroup_tree: CgroupTree, values: CgroupValues, opts: RenderOptions
 ) -> None:
     cgroup_tree.mkdir("pod")
     for s in render(CgroupName((cgroup_tree.name, "pod")), values, v2_hierarchy(), opts):
         write_text(MOUNT / s.path, s.value)
+        assert canonical(s.filename, read_text(MOUNT / s.path)) == canonical(s.filename, s.value)
 
 
 # --------------------------------------------------------------- memory.max below the current usage
