@@ -66,6 +66,12 @@ def write_markdown(results: Path) -> None:
         "timing.",
         "",
     ]
+    try:  # the machine first: every figure below comes from it
+        from bench import more
+
+        sections += more.machine()
+    except ImportError:
+        pass
     path = results / "diff_process.json"
     if path.exists():
         sections += _diff_section(json.loads(path.read_text()))

@@ -1,0 +1,342 @@
+"""Figures 2-5 for `make bench` (registered through bench.report) and their BENCHMARKS.md sections.
+
+Each figure module measures and returns plain data; this module only names them and renders the
+results, with the verdict against each target of issue 7 and, where one is missed, why and what would
+close it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Figure = Callable[[int], dict[str, Any]]
+
+
+def figures() -> dict[str, Figure]:
+    from bench import containerd, daemon, incremental, writes
+
+    return {
+        "incremental": incremental.run,
+        "writes": writes.run,
+        "containerd": containerd.run,
+        "daemon": daemon.run,
+    }
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms" if seconds < 0.1 else f"{seconds * 1000:.0f} ms"
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def _verdict(ok: bool) -> str:
+    return "**met**" if ok else "**MISSED**"
+
+
+def _load(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _meta(data: dict[str, Any]) -> str:
+    meta = data.get("_meta", {})
+    return f"Measured {meta.get('date', '?')}; command: `{meta.get('command', 'make bench')}`."
+
+
+def machine() -> list[str]:
+    """The machine the figures came from (read now: `make bench` regenerates everything at once)."""
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        mem_kib = next(
+            int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+        )
+        memory = f"{mem_kib / (1 << 20):.1f} GiB"
+    except (OSError, StopIteration, ValueError):
+        memory = "?"
+    os_name = "?"
+    with contextlib.suppress(OSError, StopIteration):
+        os_name = next(
+            line.split("=", 1)[1].strip('"')
+            for line in Path("/etc/os-release").read_text().splitlines()
+            if line.startswith("PRETTY_NAME=")
+        )
+    return [
+        "## Machine",
+        "",
+        f"`{platform.node()}`: {os_name}, kernel {platform.release()}, {os.cpu_count()} × {model}, {memory} RAM,",
+        "cgroup v1 (cpu and memory hierarchies at /sys/fs/cgroup/{cpu,memory}, hugetlb alone on the unified mount),",
+        f"CPython {platform.python_version()}, containerd 1.6.20 + runc 1.1.5 (Debian 12) for figure 4.",
+        "",
+        "Commands: `make bench` runs every figure (about 6 minutes) and rewrites this file; one figure:",
+        "`.venv/bin/python -m bench --only NAME` (NAME: diff_process, incremental, writes, containerd, daemon).",
+        "Figures 3 and 4 need root on a cgroup v1 host; figure 4 runs",
+        "`KCG_BENCH_OUT=<file> PYTEST_ARGS='-k test_bench_resize' bash tests/e2e/run.sh` (`make e2e` skips it).",
+        "",
+    ]
+
+
+def _incremental(d: dict[str, Any]) -> list[str]:
+    small, big = d["sizes"]["10"], d["sizes"]["1000"]
+    rows = [
+        ("pod", "pipeline: pod pass (`reconcile_pod`)"),
+        ("tiers", "pipeline: tiers pass (`reconcile_tiers`), same event"),
+        ("event", "**pipeline: the event as the daemon runs it (pod + tiers)**"),
+        ("proposed_tiers", "proposed: tiers from running per-QoS sums"),
+        ("proposed_event", "**proposed: the event (pod pass + proposed tiers)**"),
+        ("engine_event", "**resize engine: the event (`reconcile_pod`, one pass)**"),
+    ]
+
+    def cell(f: dict[str, Any]) -> str:
+        p, r = f["pooled_s"], f["run_medians_s"]
+        return f"{_ms(p['median'])} / {_ms(p['p99'])} ({_ms(r['min'])}–{_ms(r['max'])})"
+
+    lines = [
+        "## 2. Incremental reconcile of one changed pod (agent time, no I/O)",
+        "",
+        _meta(d),
+        "One event = one Guaranteed pod's CPU and memory limits changed (its pod and container cgroups and the",
+        "QoS tiers' qos-reserved memory change: 5 writes). Files are read from and written to an in-memory tree,",
+        "the runtime applies container updates to it at once, checkpoints stay in memory: what is timed is",
+        "compute, render, diff, plan and bookkeeping. Each cell: median / p99 over all events, and in brackets",
+        f"the spread of the per-run medians ({d['events_per_run']['pipeline']} events per run for the pipeline,",
+        f"{d['events_per_run']['engine']} for the engine).",
+        "",
+        "| path | 10 pods | 1,000 pods | ratio 1,000/10 (medians) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for key, label in rows:
+        lines.append(f"| {label} | {cell(small[key])} | {cell(big[key])} | {d['ratio'][key]:.2f} |")
+    flush10, flush1000 = small["checkpoint_flush_s"]["median"], big["checkpoint_flush_s"]["median"]
+    ev, prop, eng = big["event"]["pooled_s"], big["proposed_event"]["pooled_s"], big["engine_event"]["pooled_s"]
+    lines += [
+        "",
+        "Targets at 1,000 pods: agent time per resize event p99 < 5 ms; ratio 1,000/10 <= 1.5.",
+        "",
+        f"- pipeline as it is: p99 {_ms(ev['p99'])} — {_verdict(ev['p99'] < 0.005)}; ratio "
+        f"{d['ratio']['event']:.2f} — {_verdict(d['ratio']['event'] <= 1.5)}. The pod pass alone is O(pod) "
+        f"(ratio {d['ratio']['pod']:.2f}), but every pod event also enqueues the tiers, and `reconcile_tiers`",
+        "  runs `compute_node` over every pod of the node to get three sums (Burstable CPU requests, memory",
+        "  requests per QoS class): O(node) per event.",
+        f"- proposed: p99 {_ms(prop['p99'])} — {_verdict(prop['p99'] < 0.005)}; ratio "
+        f"{d['ratio']['proposed_event']:.2f} — {_verdict(d['ratio']['proposed_event'] <= 1.5)}. What closes it "
+        "(agent/daemon, not changed here):",
+        "  keep the per-QoS sums as running totals in the reconciler — on each pod pass subtract the pod's old",
+        "  (QoS, CPU request, memory request) and add the new one, on `forget_pod` subtract it — and have",
+        "  `reconcile_tiers` call `compute_tiers` on those totals (or a `compute_tiers_from_sums(sums, cfg)` in",
+        "  agent/compute/tiers.py) instead of `compute_node(pods)`. `bench.incremental.IncrementalTiers` is that",
+        "  prototype; each run checks it leaves exactly the daemon's tree. A full recompute stays on resync.",
+        f"- resize engine: median {_ms(eng['median'])}, p99 {_ms(eng['p99'])} — {_verdict(eng['p99'] < 0.005)}; "
+        f"ratio {d['ratio']['engine_event']:.0f} — {_verdict(d['ratio']['engine_event'] <= 1.5)}. Every pass",
+        "  (`ResizeEngine._pass`) recomputes and renders the whole node (`snapshot`: `compute_node`,",
+        "  `desired_files`, a read of every file one by one, `diff`), again after each pod it drives, plans the",
+        "  whole node, and encodes the whole checkpoint to compare it. To close it: restrict a pod event's pass",
+        "  to that pod and the tiers (`restrict` already narrows the diff, but only after everything was",
+        "  computed and read), keep per-pod computations between passes, use `read_many`, and leave the",
+        "  node-wide pass to the resync.",
+        "- Not in these figures (disk I/O): the pipeline reconciler's checkpoint flush on each resize writes",
+        f"  every pod's record and fsyncs: {_ms(flush10)} at 10 pods, {_ms(flush1000)} at 1,000 — O(node) too;",
+        "  a per-pod journal or a flush debounced across events would bound it.",
+        "- p99s at 1,000 pods include the interpreter's full garbage collections over the larger heap.",
+        "",
+    ]
+    return lines
+
+
+def _writes(d: dict[str, Any]) -> list[str]:
+    lines = ["## 3. Writes on the real cgroup v1 files", "", _meta(d)]
+    if "skipped" in d:
+        return [*lines, f"Skipped: {d['skipped']}.", ""]
+    resyncs = [r["writes"] for r in d["resyncs"]]
+    resizes = d["resizes"]
+    exact = all(r["writes"] == r["changed_values"] and r["same_files"] and not r["read_back_wrong"] for r in resizes)
+    lines += [
+        f"{d['pods']} generated pods (no hugepages) applied by `apply` (`reconcile_once`) under the private root",
+        f"`{d['root']}` in the cpu and memory hierarchies (pod cgroups made first, as the kubelet would); the",
+        f"first apply wrote {d['first_apply_writes']} values. Writes are counted by `CgroupFiles.writes`; the",
+        "expected count comes independently from the desired files before and after, compared as the kernel",
+        "stores them (page-rounded memory). Root removed afterwards"
+        + (": nothing left behind." if not d["left_behind"] else f": LEFT BEHIND {d['left_behind']}."),
+        "",
+        "| pass | values changed (independent count) | writes | same files | read back |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for i, r in enumerate(d["resyncs"], 1):
+        lines.append(f"| converged resync {i} | 0 | {r['writes']} | — | — |")
+    for i, r in enumerate(resizes, 1):
+        back = "all new values" if not r["read_back_wrong"] else f"WRONG: {r['read_back_wrong']}"
+        lines.append(f"| resize {i} (3 pods' CPU and memory) | {r['changed_values']} | {r['writes']} | {r['same_files']} | {back} |")
+    lines += [
+        "",
+        f"Targets: zero writes when converged — {_verdict(all(w == 0 for w in resyncs))}; exactly the changed "
+        f"values otherwise — {_verdict(exact)}.",
+        "",
+        "Wall time of one write, same file and same value, interleaved (n per side in the table):",
+        "",
+        "| file (depth below the mount) | agent `CgroupFiles.write` median / p99 | bare `os.open/write/close` median / p99 | ratio | agent overhead |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for w in d["per_write"]:
+        a, b = w["agent_s"], w["bare_s"]
+        lines.append(
+            f"| `{w['file']}` ({w['depth']}) | {_us(a['median'])} / {_us(a['p99'])} | {_us(b['median'])} / "
+            f"{_us(b['p99'])} | {w['ratio']:.2f} (n={a['n']}) | {_us(a['median'] - b['median'])} |"
+        )
+    lines += [
+        "",
+        "The agent's write opens every path component with `openat(O_NOFOLLOW)` from the mount down (confinement:",
+        "no symlink is ever followed) and checks the write was whole; the bare write is one `open`. The extra",
+        "~10-15 µs per write is about 0.1 % of one UpdateContainerResources call (figure 4). Caching an fd of",
+        "each owned root would cut the walk to the components below it, if it ever mattered.",
+        "",
+    ]
+    return lines
+
+
+def _containerd(d: dict[str, Any]) -> list[str]:
+    lines = ["## 4. Real containerd: a resize through the agent vs the bare CRI call", "", _meta(d)]
+    if "skipped" in d:
+        tail = d.get("output_tail", "")
+        return [*lines, f"Skipped: {d['skipped']}.", *(["", "```", tail[-1500:], "```"] if tail else []), ""]
+    lines += [
+        f"Harness: `{d['command']}` (private containerd 1.6.20 + runc, whole run {d['harness_wall_s']:.0f} s),",
+        "module tests/e2e/test_bench_resize.py. A Guaranteed one-container pod is resized back and forth",
+        f"({d['rounds']} rounds, 2 resizes each); agent = the daemon's per-pod work item (`reconcile_pod`) with a",
+        "long-lived CRI client: compute, read the pod's cgroup files from the kernel, diff, plan, write the pod",
+        "cgroup, call UpdateContainerResources. Bare = the raw gRPC UpdateContainerResources with the same",
+        "container values, on a twin pod. Median (min–max); ratio of medians.",
+        "",
+        "| change | reconciler | agent | bare CRI | ratio | CRI calls / resize | agent's own time (agent − time in CRI) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, kinds in d["scenarios"].items():
+        for kind, s in kinds.items():
+            a, b, own = s["agent_s"], s["bare_s"], s["own_s"]
+            lines.append(
+                f"| {name} | {kind} | {_ms(a['median'])} ({_ms(a['min'])}–{_ms(a['max'])}) | {_ms(b['median'])} "
+                f"({_ms(b['min'])}–{_ms(b['max'])}) | {s['ratio']:.2f} | {s['cri_calls_per_resize']:.0f} | "
+                f"{_ms(own['median'])} |"
+            )
+    cpu = d["scenarios"].get("cpu", {}).get("pipeline")
+    both = d["scenarios"].get("cpu+memory", {}).get("pipeline")
+    if cpu and both:
+        lines += [
+            "",
+            "Target: through the agent <= 1.10 × the bare CRI call. Same change, one CRI call on each side (CPU):",
+            f"pipeline {cpu['ratio']:.2f} — {_verdict(cpu['ratio'] <= 1.10)}; engine "
+            f"{d['scenarios']['cpu']['engine']['ratio']:.2f} — {_verdict(d['scenarios']['cpu']['engine']['ratio'] <= 1.10)}.",
+            f"CPU and memory together: {both['ratio']:.2f} — {_verdict(both['ratio'] <= 1.10)}, by design: the agent",
+            "actuates as the kubelet does, memory phase first, then CPU, one UpdateContainerResources each (each",
+            "carrying all values), so two runc forks where the bare call makes one. Merging the phases for a",
+            "container whose change is safe in one call (all values growing, or all shrinking with no parent",
+            "in between) would make it one call; the kubelet itself always makes two.",
+            "",
+            "Where the rest goes: the agent's own time (last column) is compute + reading the pod's files + the",
+            "pod cgroup writes (figure 3: ~20 µs each) + the CRI client's wrapping; the ratio's noise floor is the",
+            "spread of `runc update` itself (see the bare min–max). The engine adds its node pass and checkpoint",
+            "write (fsync) per event.",
+        ]
+    lines.append("")
+    return lines
+
+
+def _daemon(d: dict[str, Any]) -> list[str]:
+    lines = [
+        "## 5. The daemon with 1,000 pods",
+        "",
+        _meta(d),
+        f"{d['pods']} generated pods ({d.get('containers', '?')} containers) on a converged fake cgroup tree on disk",
+        "(real file I/O, not the kernel's files); the fake CRI server (tests/fakes/fake_cri.py) in the bench",
+        "process mirrors each update into the tree. The daemon runs in its own process, wired as",
+        "`kube-cgroup-agent run` except that pod events are pushed to it as a watch would (`sink.upsert`), so",
+        "latency is the daemon's own: from the event reaching it to the pod's pass having written everything",
+        "(pod cgroup + UpdateContainerResources), and to the tiers pass finishing. RSS and CPU from psutil;",
+        f"CPU over {d['idle_window_s']:.0f} s with no events, with the default resyncPeriod (60 s), so the",
+        "window holds one resync of every pod; the per-second median shows the daemon between resyncs.",
+        "",
+        "| reconciler | first pass done | RSS | idle CPU, 60 s (% of one core) | per-second median | event → pod applied p50 / p99 | event → tiers applied p50 / p99 |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind, r in d["runs"].items():
+        if r.get("ready_s") is None:
+            prog = r.get("first_pass_progress") or {}
+            done = prog.get("progress", 0)
+            first = f"not after {prog.get('at', 0):.0f} s ({done} of {d['pods'] + 1} passes)"
+            cpu = f"{r['cpu_percent']:.0f} % (busy with the first pass, {r['cpu_window_s']:.0f} s window)"
+            lines.append(f"| {kind} | {first} | {r['rss_idle_mib']:.0f} MiB | {cpu} | — | not measured | not measured |")
+            continue
+        pod, tiers = r["event_to_pod_applied_s"], r["event_to_tiers_applied_s"]
+        lines.append(
+            f"| {kind} | {r['ready_s']:.1f} s | {r['rss_after_events_mib']:.0f} MiB | {r['cpu_percent']:.2f} % | "
+            f"{r['cpu_percent_per_second']['median']:.2f} % | {_ms(pod['median'])} / {_ms(pod['p99'])} (n={pod['n']}) | "
+            f"{_ms(tiers['median'])} / {_ms(tiers['p99'])} |"
+        )
+    pipe = d["runs"].get("pipeline", {})
+    eng = d["runs"].get("engine", {})
+    if pipe.get("ready_s") is not None:
+        rss, cpu = pipe["rss_after_events_mib"], pipe["cpu_percent"]
+        pod = pipe["event_to_pod_applied_s"]
+        lines += [
+            "",
+            f"Targets (pipeline reconciler): RSS < 80 MiB — {_verdict(rss < 80)} ({rss:.0f} MiB); idle CPU < 0.5 % of "
+            f"one core — {_verdict(cpu < 0.5)} ({cpu:.2f} % over 60 s with one resync; "
+            f"{pipe['cpu_percent_per_second']['median']:.2f} % between resyncs).",
+            "",
+            "Against the kubelet (kubelet-observed.md, 8 resizes of two-container pods on this machine kind): first",
+            "cgroup write 13–94 ms, last write 66–160 ms, status 90–231 ms after the resize call, and the QoS tiers",
+            "left 31–54 s stale until its 60 s pass. Here every write of the pod is done "
+            f"{_ms(pod['median'])} (p99 {_ms(pod['p99'])}) after the event reaches the daemon, and the tiers",
+            "follow in the same event instead of up to a minute later (the API watch delivery, a few ms on a",
+            "local API server, comes on top).",
+            "",
+            "Why the pod latency is not the ~1 ms of figure 2: the event enqueues the pod and the tiers; the second",
+            "worker's O(node) tiers pass (figure 2) holds the GIL while the pod pass runs, so the pod finishes",
+            "with the tiers. The running-sums tiers pass proposed in figure 2 removes that too.",
+        ]
+        if cpu >= 0.5:
+            lines += [
+                "",
+                "Idle CPU is missed because a resync reconciles every pod as its own work item (1,001 passes of",
+                "~1 ms each per 60 s); between resyncs the daemon is near 0. What would close it: a resync that",
+                "reads the whole node once with `read_many` and diffs it in one pass, enqueueing only pods that",
+                "differ, or a longer resyncPeriod.",
+            ]
+    if eng and eng.get("ready_s") is None:
+        est = eng.get("first_pass_estimate_s")
+        lines += [
+            "",
+            "Resize engine (`reconciler: auto` on a bare node): at 1,000 pods the daemon never becomes idle. Every",
+            "work item is a whole-node pass (~1 s of CPU with file I/O here, figure 2), the first pass is one item",
+            "per pod (1,001 items" + (f", ~{est / 60:.0f} min at the measured rate" if est else "") + "), and every",
+            "resync enqueues them all again: CPU stays at a full core, RSS "
+            f"{eng['rss_idle_mib']:.0f} MiB — both targets **MISSED** in this mode, and an event waits behind the",
+            "backlog. What would close it is figure 2's: per-pod passes for pod items, the node pass only for the",
+            "tiers item and the resync. Until then a 1,000-pod node should run `reconciler: pipeline`.",
+        ]
+    lines.append("")
+    return lines
+
+
+def markdown(results: Path) -> list[str]:
+    lines: list[str] = []
+    for name, render in (
+        ("incremental", _incremental),
+        ("writes", _writes),
+        ("containerd", _containerd),
+        ("daemon", _daemon),
+    ):
+        data = _load(results, name)
+        if data is not None:
+            lines += render(data)
+    return lines
