@@ -22,6 +22,7 @@ from agent.daemon.reconciler import (
     ResizeState,
     ResizeStatus,
     StopRequested,
+    compute_or_note,
     event_for,
 )
 from agent.execute import describe
@@ -36,6 +37,7 @@ class EngineReconciler:
     observe_only: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _last: dict[str, ResizeStatus] = field(default_factory=dict)
+    _invalid: dict[str, str] = field(default_factory=dict)  # uid -> the compute error last reported
 
     def start(self, pods: Sequence[PodView]) -> list[str]:
         with self._lock:
@@ -44,7 +46,17 @@ class EngineReconciler:
         return [p.message for p in problems]
 
     def reconcile_pod(self, pod: PodView, stop: StopRequested) -> Report:
+        invalid = compute_or_note(pod, self.engine.settings.compute_config(self.engine.env.hugepage_sizes))
+        if isinstance(invalid, tuple):  # bad input: an Event once per message; the engine never sees it
+            reason, message = invalid
+            with self._lock:
+                events = (
+                    () if self._invalid.get(pod.uid) == message else (PodEventNote(reason, message, True),)
+                )
+                self._invalid[pod.uid] = message
+            return Report("pod", Outcome.INVALID, errors=((reason, message),), events=events)
         with self._lock:
+            self._invalid.pop(pod.uid, None)
             self.engine.update(pod)
             return self._pass("pod")
 
@@ -101,6 +113,11 @@ class EngineReconciler:
                 continue
             self._last[status.uid] = status
             statuses.append(status)
+            admitted = previous is None or previous.allocated != status.allocated
+            skipped_in_progress = previous is None or previous.state is not ResizeState.IN_PROGRESS
+            if admitted and skipped_in_progress and status.state in (ResizeState.DONE, ResizeState.ERROR):
+                # admitted and actuated in one pass: the engine never showed InProgress in between
+                events.append(PodEventNote("ResizeAccepted", "the new resources are admitted", uid=status.uid))
             note = event_for(status, previous)
             if note is not None:
                 events.append(note)

@@ -26,8 +26,7 @@ from typing import Any
 
 from agent import pipeline
 from agent.apply import ensure_tiers
-from agent.compute import NodeComputation, PodComputation, PodComputeError, compute_node, compute_pod
-from agent.compute.aggregate import pod_level_resources_set
+from agent.compute import NodeComputation, PodComputation, compute_node
 from agent.daemon import checkpoint
 from agent.daemon.drift import Action, DriftTracker, likely_owner
 from agent.daemon.ownership import Owner, Ownership, Thing
@@ -39,6 +38,7 @@ from agent.daemon.reconciler import (
     ResizeState,
     ResizeStatus,
     StopRequested,
+    compute_or_note,
     event_for,
 )
 from agent.diff import FileDiff, NodeDiff, desired_files, diff, not_yet_created
@@ -195,13 +195,12 @@ class PipelineReconciler:
     def reconcile_pod(self, pod: PodView, stop: StopRequested) -> Report:
         with self._lock:
             rec = self._pods.setdefault(pod.uid, _PodRecord(pod.key))
-        try:
-            comp = compute_pod(pod, self.cfg)
-        except PodComputeError as err:
-            reason = "InvalidPodLevelLimits" if pod_level_resources_set(pod) else "InvalidResources"
-            events = () if rec.invalid == err.message else (PodEventNote(reason, err.message, True),)
-            rec.invalid = err.message
-            return Report("pod", Outcome.INVALID, errors=((reason, err.message),), events=events)
+        comp = compute_or_note(pod, self.cfg)
+        if isinstance(comp, tuple):
+            reason, message = comp
+            events = () if rec.invalid == message else (PodEventNote(reason, message, True),)
+            rec.invalid = message
+            return Report("pod", Outcome.INVALID, errors=((reason, message),), events=events)
         rec.invalid = None
         sig = signature(comp)
         node = NodeComputation((comp,), (), (), ())

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from agent.compute import ComputeConfig, PodComputation, PodComputeError, compute_pod
+from agent.compute.aggregate import pod_level_resources_set
 from agent.model import PodUID, PodView
 from agent.resize.types import ResizeState, ResizeStatus
 
@@ -65,6 +67,15 @@ def event_for(status: ResizeStatus, previous: ResizeStatus | None) -> PodEventNo
         return None
     reason, warning = known
     return PodEventNote(reason, status.message or status.reason, warning, status.uid)
+
+
+def compute_or_note(pod: PodView, cfg: ComputeConfig) -> PodComputation | tuple[str, str]:
+    """The pod's values, or (Event reason, message) when it cannot be computed (bad input, not a bug)."""
+    try:
+        return compute_pod(pod, cfg)
+    except PodComputeError as err:
+        reason = "InvalidPodLevelLimits" if pod_level_resources_set(pod) else "InvalidResources"
+        return reason, err.message
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,207 @@
+"""The real daemon against the fake API server, the fake cgroup tree and the fake CRI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.daemon.conftest import CONDITION, Env, api_pod, wait_for
+from tests.daemon.fakeapi import FakeCluster
+from tests.resize.harness import ctr, manifest
+
+BURSTABLE_SHARES = "cpu/kubepods/burstable/cpu.shares"
+
+
+def _burstable(name: str, cpu: str = "250m", limit: str = "500m") -> dict[str, Any]:
+    return manifest(name, [ctr("app", req={"cpu": cpu, "memory": "64Mi"}, lim={"cpu": limit, "memory": "128Mi"})])
+
+
+def test_a_pod_added_gets_its_pod_cgroup_and_the_tiers_applied(env: Env) -> None:
+    env.node.add_pod(_burstable("web"))
+    env.publish("web")
+    daemon = env.daemon()
+    daemon.ready()
+    pod = env.node.pods["web"].pod_dir
+    wait_for(lambda: env.node.read(f"cpu/{pod}/cpu.cfs_quota_us") == "50000", "web's pod quota")
+    assert env.node.read(f"cpu/{pod}/cpu.shares") == "256"
+    assert env.node.read(BURSTABLE_SHARES) == "256"
+
+    env.node.add_pod(_burstable("api", cpu="500m", limit="1"))  # the kubelet creates it
+    env.publish("api")
+    api = env.node.pods["api"].pod_dir
+    wait_for(lambda: env.node.read(f"cpu/{api}/cpu.cfs_quota_us") == "100000", "api's pod quota")
+    wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "768", "the burstable tier to count api")
+    status, body = daemon.get("/metrics")
+    assert status == 200 and "kube_cgroup_agent_writes_total" in body
+    assert daemon.logged("reconcile", pod="default/api"), "one summary line per reconcile, with pod context"
+
+    env.cluster.delete(env.uid("web"))
+    wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "512", "the burstable tier to drop web")
+    assert daemon.terminate() == 0
+
+
+@pytest.mark.parametrize("reconciler", ["engine", "pipeline"])
+def test_a_resize_is_applied_in_order_and_reported(env: Env, reconciler: str) -> None:
+    env.node.add_pod(manifest("g", [ctr("app", lim={"cpu": "500m", "memory": "256Mi"})]))
+    env.publish("g")
+    daemon = env.daemon(reconciler=reconciler)
+    daemon.ready()
+    wait_for(lambda: env.node.read(f"cpu/{env.node.pods['g'].pod_dir}/cpu.cfs_quota_us") == "50000", "g applied")
+    env.node.events.clear()
+    env.node.resize("g", {"app": {"limits": {"cpu": "1", "memory": "512Mi"}}})
+    env.publish("g")
+
+    uid = env.uid("g")
+    wait_for(lambda: "ResizeDone" in env.cluster.event_reasons(uid), "the ResizeDone event")
+    assert env.node.container_state("g", "app")[:2] == (1.0, 512 * 2**20)
+    assert env.node.violations == []
+    # memory phase first (pod limit up, then the container), then CPU (pod quota up, then the container)
+    pod_dir = env.node.pods["g"].pod_dir
+    order = [(e.kind, e.target) for e in env.node.events]
+    assert order == [("update", "g/app"), ("update", "g/app")] or order[-1] == ("update", "g/app")
+    assert env.node.read(f"memory/{pod_dir}/memory.limit_in_bytes") == str(512 * 2**20)
+    reasons = env.cluster.event_reasons(uid)
+    assert reasons.index("ResizeAccepted") < reasons.index("ResizeDone")
+    condition = env.cluster.condition(uid, CONDITION)
+    assert condition is not None and condition["status"] == "True" and condition["reason"] == "Done"
+    patches = env.cluster.recorded("PATCH", "/status")
+    assert patches and all(set(p.body["status"]) == {"conditions"} for p in patches)
+    assert all(p.content_type == "application/strategic-merge-patch+json" for p in patches)
+    assert daemon.terminate() == 0
+
+
+def test_an_api_server_restart_relists_and_nothing_is_missed(env: Env) -> None:
+    for name in ("a", "b"):
+        env.node.add_pod(_burstable(name))
+        env.publish(name)
+    daemon = env.daemon()
+    daemon.ready()
+    wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "512", "both pods counted")
+    lists_before = len([r for r in env.cluster.recorded("GET", "/api/v1/pods?") if "watch=" not in r.path])
+
+    env.node.add_pod(_burstable("c", cpu="1", limit="2"))
+    env.node.resize("b", {"app": {"requests": {"cpu": "250m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}}})
+
+    def while_down(cluster: FakeCluster) -> None:  # changes the daemon cannot see as watch events
+        cluster.delete(env.uid("a"))
+        cluster.apply(api_pod(env.node, "b"))
+        cluster.apply(api_pod(env.node, "c"))
+
+    env.api.restart(while_down)
+
+    wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "1280", "the tier from the relisted pods (b + c)")
+    assert env.node.container_state("b", "app")[0] == 1.0
+    assert env.node.read(f"cpu/{env.node.pods['c'].pod_dir}/cpu.cfs_quota_us") == "200000"
+    lists = [r for r in env.cluster.recorded("GET", "/api/v1/pods?") if "watch=" not in r.path]
+    assert len(lists) > lists_before, "a 410 after the restart must relist"
+    _, metrics = daemon.get("/metrics")
+    assert 'kube_cgroup_agent_watch_restarts_total{reason="gone"}' in metrics
+    assert daemon.terminate() == 0
+
+
+def test_a_dropped_watch_resumes_from_its_resource_version_without_relisting(env: Env) -> None:
+    env.node.add_pod(_burstable("a"))
+    env.publish("a")
+    daemon = env.daemon()
+    daemon.ready()
+    lists = lambda: [r for r in env.cluster.recorded("GET", "/api/v1/pods?") if "watch=" not in r.path]  # noqa: E731
+    before = len(lists())
+    env.cluster.drop_watches()
+    env.node.add_pod(_burstable("b"))
+    env.publish("b")
+    wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "512", "b through the resumed watch")
+    watches = [r for r in env.cluster.recorded("GET", "/api/v1/pods?") if "watch=" in r.path]
+    assert len(lists()) == before
+    assert len(watches) >= 2 and all("allowWatchBookmarks=true" in r.path for r in watches)
+    assert daemon.terminate() == 0
+
+
+@pytest.mark.parametrize("reconciler", ["pipeline", "engine"])
+def test_sigterm_mid_resize_stops_cleanly_and_the_next_start_completes_it(env: Env, reconciler: str) -> None:
+    two = [ctr(n, lim={"cpu": "500m", "memory": "128Mi"}) for n in ("one", "two")]
+    env.node.add_pod(manifest("g", two))
+    env.publish("g")
+    daemon = env.daemon(reconciler=reconciler)
+    daemon.ready()
+    pod_dir = env.node.pods["g"].pod_dir
+    wait_for(lambda: env.node.read(f"cpu/{pod_dir}/cpu.cfs_quota_us") == "100000", "g applied")
+
+    service = env.cri.service
+    original = service.on_update
+    stopped: list[int] = []
+
+    def sigterm_on_first_update(container: Any, merged: Any) -> None:
+        assert original is not None
+        original(container, merged)
+        if not stopped:  # SIGTERM while the resize is under way, and the runtime fails from now on
+            stopped.append(1)
+            # the hook runs under the service's lock: queue the failures directly (inject_error would wait)
+            service.errors.setdefault("UpdateContainerResources", []).extend(
+                [(grpc.StatusCode.INTERNAL, "runtime restarting")] * 100
+            )
+            assert daemon.proc is not None
+            daemon.proc.send_signal(15)
+
+    service.on_update = sigterm_on_first_update
+    env.node.resize("g", {n: {"limits": {"cpu": "1", "memory": "128Mi"}} for n in ("one", "two")})
+    env.publish("g")
+    assert daemon.proc is not None and daemon.proc.wait(timeout=30) == 0
+    assert stopped
+    assert env.node.violations == []
+    cpu = [env.node.container_state("g", n)[0] for n in ("one", "two")]
+    assert sorted(cpu) == [0.5, 1.0], "stopped after the first container, before the second"
+
+    service.on_update = original
+    service.errors.clear()
+    uid = env.uid("g")
+    second = env.daemon(reconciler=reconciler)
+    wait_for(lambda: [env.node.container_state("g", n)[0] for n in ("one", "two")] == [1.0, 1.0], "completion")
+    wait_for(lambda: "ResizeDone" in env.cluster.event_reasons(uid), "ResizeDone after the restart")
+    assert env.node.violations == []
+    assert second.terminate() == 0
+
+
+def test_a_pod_with_invalid_pod_level_limits_gets_an_event_and_the_others_go_on(env: Env) -> None:
+    bad = manifest("bad", [ctr("app", req={"cpu": "500m", "memory": "64Mi"})])
+    bad["spec"]["resources"] = {"limits": {"cpu": "100m"}}  # below the container's request
+    env.node.add_pod(_burstable("good"))
+    env.publish("good")
+    env.cluster.apply({**bad, "spec": {**bad["spec"], "nodeName": "node-1"}, "status": {"phase": "Running"}})
+    daemon = env.daemon()
+    daemon.ready()
+    wait_for(lambda: "InvalidPodLevelLimits" in env.cluster.event_reasons("uid-bad"), "the Warning event")
+    event = next(e for e in env.cluster.events.values() if e["reason"] == "InvalidPodLevelLimits")
+    assert event["type"] == "Warning" and "below" in event["message"]
+    wait_for(lambda: env.node.read(f"cpu/{env.node.pods['good'].pod_dir}/cpu.cfs_quota_us") == "50000", "good")
+    assert daemon.terminate() == 0
+
+
+def test_observe_only_reports_drift_and_writes_nothing(env: Env) -> None:
+    env.node.add_pod(_burstable("web"))
+    env.publish("web")
+    before = env.node.read(BURSTABLE_SHARES)
+    daemon = env.daemon(observeOnly=True)
+    daemon.ready()
+    wait_for(lambda: daemon.logged("drift.observed", path=BURSTABLE_SHARES), "the drift report")
+    assert env.node.read(BURSTABLE_SHARES) == before
+    assert env.node.read(f"cpu/{env.node.pods['web'].pod_dir}/cpu.cfs_quota_us") == "-1"
+    assert daemon.terminate() == 0
+
+
+def test_a_value_reverted_again_and_again_is_left_to_its_owner_with_one_warning(env: Env) -> None:
+    env.node.add_pod(_burstable("web"))
+    env.publish("web")
+    daemon = env.daemon(reconciler="pipeline", resyncPeriod="200ms", driftBackoff="10ms", driftMaxReverts=2)
+    daemon.ready()
+    for _ in range(3):  # another writer puts the kubelet-era value back each time the agent fixes it
+        wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "256", "the agent's value")
+        env.node.tree.set(BURSTABLE_SHARES, "1024")
+    yielded = wait_for(lambda: daemon.logged("drift.yielded", path=BURSTABLE_SHARES), "the one warning")
+    assert "QoS container manager" in yielded[0]["message"]
+    seen = len(daemon.logged("reconcile", scope="tiers"))
+    wait_for(lambda: len(daemon.logged("reconcile", scope="tiers")) >= seen + 2, "two more tier passes")
+    assert env.node.read(BURSTABLE_SHARES) == "1024"
+    assert len(daemon.logged("drift.yielded", path=BURSTABLE_SHARES)) == 1
+    assert daemon.terminate() == 0
