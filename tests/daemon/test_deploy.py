@@ -1,0 +1,139 @@
+"""deploy/daemonset.yaml against the kubernetes client's models, the ClusterRole verb by verb, and the
+systemd unit through `systemd-analyze verify`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import pytest
+import yaml
+
+from agent.settings import from_mapping
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = list(yaml.safe_load_all((REPO / "deploy" / "daemonset.yaml").read_text()))
+MODELS = {
+    "Namespace": "V1Namespace",
+    "ServiceAccount": "V1ServiceAccount",
+    "ClusterRole": "V1ClusterRole",
+    "ClusterRoleBinding": "V1ClusterRoleBinding",
+    "ConfigMap": "V1ConfigMap",
+    "DaemonSet": "V1DaemonSet",
+}
+
+
+def _model(doc: dict[str, Any]) -> Any:
+    """Build the client's own (pydantic) model: a missing required field or a wrong type raises."""
+    return getattr(kubernetes.client, MODELS[doc["kind"]]).from_dict(doc)
+
+
+def test_a_broken_document_is_refused_by_the_models() -> None:
+    [ds] = [d for d in DOCS if d["kind"] == "DaemonSet"]
+    broken = {**ds, "spec": {**ds["spec"], "selector": "not-a-selector"}}
+    with pytest.raises(ValueError):
+        _model(broken)
+
+
+def _one(kind: str) -> Any:
+    [doc] = [d for d in DOCS if d["kind"] == kind]
+    return _model(doc)
+
+
+def test_every_document_is_a_valid_object_of_its_kind() -> None:
+    assert sorted(d["kind"] for d in DOCS) == sorted(MODELS)
+    for doc in DOCS:
+        obj = _model(doc)
+        assert obj.metadata.name == "kube-cgroup-agent"
+
+
+def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
+    role = _one("ClusterRole")
+    granted = {
+        (group, resource, verb)
+        for rule in role.rules
+        for group in rule.api_groups
+        for resource in rule.resources
+        for verb in rule.verbs
+    }
+    assert granted == {
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "pods/status", "patch"),
+        ("", "nodes", "get"),
+        ("", "events", "create"),
+        ("", "events", "patch"),
+    }
+    assert all(not r.resource_names and not r.non_resource_urls for r in role.rules)
+    binding = _one("ClusterRoleBinding")
+    assert binding.role_ref.name == role.metadata.name
+    assert [(s.kind, s.name, s.namespace) for s in binding.subjects] == [
+        ("ServiceAccount", "kube-cgroup-agent", "kube-cgroup-agent")
+    ]
+
+
+def test_the_daemonset_runs_everywhere_with_only_the_privileges_it_needs() -> None:
+    ds = _one("DaemonSet")
+    spec = ds.spec.template.spec
+    assert ds.spec.selector.match_labels.items() <= ds.spec.template.metadata.labels.items()
+    assert spec.priority_class_name == "system-node-critical"
+    assert [(t.operator, t.key, t.effect) for t in spec.tolerations] == [("Exists", None, None)]
+    assert spec.service_account_name == "kube-cgroup-agent"
+    assert not spec.host_network and not spec.host_pid and not spec.host_ipc
+    [c] = spec.containers
+    sc = c.security_context
+    assert sc.privileged is False and sc.allow_privilege_escalation is False
+    assert sc.read_only_root_filesystem is True and sc.capabilities.drop == ["ALL"] and not sc.capabilities.add
+    assert spec.security_context.seccomp_profile.type == "RuntimeDefault"
+    env = {e.name: e.value_from.field_ref.field_path for e in c.env if e.value_from}
+    assert env["NODE_NAME"] == "spec.nodeName"
+    assert c.liveness_probe.http_get.path == "/healthz" and c.readiness_probe.http_get.path == "/readyz"
+    ports = {p.name: p.container_port for p in c.ports}
+    assert f"--health-bind-address=$(POD_IP):{ports['health']}" in c.args
+    for kind in ("requests", "limits"):
+        assert set(getattr(c.resources, kind)) == {"cpu", "memory"}
+    mounts = {m.name: m.mount_path for m in c.volume_mounts}
+    host = {v.name: v.host_path.path for v in spec.volumes if v.host_path}
+    assert host == {
+        "cgroupfs": "/sys/fs/cgroup",
+        "cri-socket": "/run/containerd/containerd.sock",
+        "state": "/var/lib/kube-cgroup-agent",
+    }
+    assert mounts["cgroupfs"] == "/host/sys/fs/cgroup"
+
+
+def test_the_configmap_is_a_valid_agent_config() -> None:
+    cm = _one("ConfigMap")
+    settings = from_mapping(yaml.safe_load(cm.data["config.yaml"]))
+    assert str(settings.cgroupfs) == "/host/sys/fs/cgroup"
+    assert settings.metrics_bind_address.startswith("127.0.0.1:")  # the default; the DaemonSet's args move it
+
+
+def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed on this machine")
+    unit = (REPO / "systemd" / "kube-cgroup-agent.service").read_text()
+    text = unit.replace("/usr/local/bin/kube-cgroup-agent", str(REPO / ".venv" / "bin" / "kube-cgroup-agent"))
+    text = text.replace("/etc/kube-cgroup-agent/agent.env", str(REPO / "systemd" / "kube-cgroup-agent.env"))
+    (tmp_path / "kube-cgroup-agent.service").write_text(text)
+    r = subprocess.run(
+        [analyze, "verify", str(tmp_path / "kube-cgroup-agent.service")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SYSTEMD_LOG_LEVEL": "notice"},
+        check=False,
+    )
+    problems = [
+        line
+        for line in (r.stdout + r.stderr).splitlines()
+        if "kube-cgroup-agent" in line and "Failed to" not in line.split("kube-cgroup-agent")[0]
+    ]
+    assert r.returncode == 0 and not problems, r.stdout + r.stderr
+    assert "ProtectSystem=strict" in unit and "ReadWritePaths=/sys/fs/cgroup /var/lib/kube-cgroup-agent" in unit
+    assert "Restart=always" in unit and "NoNewPrivileges=yes" in unit
