@@ -156,6 +156,7 @@ def test_allocatable_is_capacity_minus_reserved_when_the_reservations_are_known(
 def test_without_reservations_the_eviction_threshold_is_added_back_to_status_allocatable() -> None:
     alloc, how = derive_allocatable(NODE, Settings())
     assert alloc is not None and alloc.memory == 16 * 2**30 - 512 * 2**20 and alloc.cpu_milli == 7800
+    assert "evictionHard" in how
     alloc, _ = derive_allocatable(NODE, Settings(allocatable=parse_allocatable("cpu=2,memory=1Gi")))
     assert alloc is not None and alloc.cpu_milli == 2000
 
