@@ -9,6 +9,14 @@ from typing import Any
 
 import pytest
 
+from tests.backends import (
+    FACTORIES,
+    SKIP_REASONS,
+    SYSTEMD_FACTORIES,
+    SYSTEMD_SKIP_REASONS,
+    Backend,
+    SystemdBackend,
+)
 from tests.fakes.cgroup_tree import FakeCgroupTree, Mode
 from tests.fakes.fake_cri import FakeCRI, running_fake_cri
 from tests.fakes.kernel import KernelRoot, skip_reason
@@ -59,3 +67,36 @@ def _hypothesis_profile() -> None:
 
 
 _hypothesis_profile()
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """A cgroup tree for the cgroupfs driver, by id (tests/backends.py): parametrize with
+    `@pytest.mark.parametrize("backend", BACKENDS, indirect=True)`. A real one skips where it cannot run
+    and is removed afterwards; nothing may be left behind."""
+    reason = SKIP_REASONS.get(request.param, lambda: None)()
+    if reason is not None:
+        pytest.skip(reason)
+    made = FACTORIES[request.param](tmp_path)
+    try:
+        yield made
+    finally:
+        left = made.cleanup()
+        assert not left, f"{request.param}: could not remove {left}"
+
+
+@pytest.fixture
+def systemd_backend(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SystemdBackend]:
+    """A systemd-run cgroup v2 tree for the systemd driver (tests/backends.py), fake or the guest's real
+    systemd: parametrize with `@pytest.mark.parametrize("systemd_backend", SYSTEMD_BACKENDS, indirect=True)`."""
+    reason = SYSTEMD_SKIP_REASONS.get(request.param, lambda: None)()
+    if reason is not None:
+        pytest.skip(reason)
+    made = SYSTEMD_FACTORIES[request.param](tmp_path, monkeypatch)
+    try:
+        yield made
+    finally:
+        left = made.cleanup()
+        assert not left, f"{request.param}: could not remove {left}"

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,9 @@ class FakeSystemd:
     errors: deque[tuple[str, str, str]] = field(default_factory=deque)
     job_result: str = "done"
     signal_before_reply: bool = False
+    # called with the unit name after its properties changed, before the reply (tests/backends.py writes
+    # the cgroup files from them there, as systemd does)
+    on_properties: Callable[[str], None] | None = None
     _conn: DBusConnection | None = None
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -188,6 +192,8 @@ class FakeSystemd:
             self._reply_error(msg, "org.freedesktop.systemd1.NoSuchUnit", f"Unit {unit} not found.")
             return
         self.units[unit].update({name: variant for name, variant in props})
+        if self.on_properties is not None:
+            self.on_properties(unit)
         assert self._conn is not None
         self._conn.send(new_method_return(msg))
 
@@ -201,6 +207,8 @@ class FakeSystemd:
             )
             return
         self.units[unit] = {name: variant for name, variant in props}
+        if self.on_properties is not None:
+            self.on_properties(unit)
         self._jobs += 1
         job = f"{ROOT}/job/{self._jobs}"
         signal = new_signal(

@@ -266,6 +266,14 @@ def unit_property(unit: str, name: str) -> str:
     return systemctl("show", "-P", name, unit).stdout.strip()
 
 
+def slice_property(unit: str, name: str) -> int:
+    """A numeric property of a slice unit as systemd holds it (D-Bus, unformatted: "t 340000" -> 340000)."""
+    reply = manager_call("GetUnit", "s", unit)  # 'o "/org/freedesktop/systemd1/unit/..."'
+    path = reply.split(" ", 1)[1].strip('"')
+    out = run(["busctl", "get-property", SYSTEMD_DEST[0], path, "org.freedesktop.systemd1.Slice", name])
+    return int(out.stdout.split()[1])
+
+
 def slice_dir(unit: str, mount: Path = CGROUP_MOUNT) -> Path:
     return mount / expand_slice(unit)
 

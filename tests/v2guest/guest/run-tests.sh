@@ -30,7 +30,9 @@ if [ -f /mnt/ci/pytest-args ]; then
 fi
 echo "guest: pytest start at uptime $(cut -d' ' -f1 /proc/uptime)s"
 set +e
-python -m pytest -m v2guest tests/v2guest -p no:cacheprovider -rA --durations=8 \
+# tests/v2guest, and the suites shared with the fakes whose real-kernel/real-systemd backend is marked
+# v2guest (tests/backends.py): one test code for the fake tree and the guest's kernel.
+python -m pytest -m v2guest tests/v2guest tests/drivers tests/systemd -p no:cacheprovider -rA --durations=8 \
   --junitxml="$out/junit.xml" -o junit_suite_name=v2guest "${args[@]}" 2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}
 set -e
