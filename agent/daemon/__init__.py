@@ -167,8 +167,8 @@ def run(settings: Settings) -> int:
         node=node,
         resync_period_s=settings.resync_period_s,
         workers=settings.workers,
+        stop=stop,
     )
-    daemon.stop = stop
     endpoints = Endpoints(
         metrics,
         Probe(daemon.healthy, daemon.ready),

@@ -59,6 +59,7 @@ class Daemon:
         node: str | None,
         resync_period_s: float,
         workers: int = 2,
+        stop: threading.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.reconciler = reconciler
@@ -70,7 +71,7 @@ class Daemon:
         self.workers = workers
         self.clock = clock
         self.queue = WorkQueue()
-        self.stop = threading.Event()
+        self.stop = stop or threading.Event()  # set by the signal handler: finish the step, then stop
         self._cache: dict[str, _Entry] = {}
         self._invalid: dict[str, str] = {}  # uid -> the parse error last reported
         self._lock = threading.Lock()
