@@ -16,15 +16,17 @@ from types import FrameType
 from typing import Any
 
 from agent import pipeline
+from agent.compute import NodeComputation
 from agent.daemon.core import Daemon, PodSource
 from agent.daemon.ownership import Ownership, Thing, resolve
-from agent.daemon.pipeline_reconciler import PipelineReconciler
+from agent.daemon.pipeline_reconciler import PipelineReconciler, RunnerFactory
 from agent.daemon.reconciler import Reconciler
-from agent.execute import ContainerUpdater
+from agent.execute import CgroupStepRunner, ContainerUpdater
 from agent.kube.status import StatusReporter
 from agent.logging import configure, get_logger
 from agent.metrics import Endpoints, Metrics, Probe
 from agent.settings import ConfigError, Settings
+from cgroupfs.types import DriverKind
 
 log = get_logger("agent.daemon")
 
@@ -91,7 +93,25 @@ def select_reconciler(
         from agent.resize.engine import ResizeEngine
 
         return EngineReconciler(ResizeEngine(settings, env, cri), observe_only=settings.observe_only)
-    return PipelineReconciler(settings, env, ownership, cri)
+    return PipelineReconciler(settings, env, ownership, cri, runner_for=_systemd_runners(settings, env))
+
+
+def _systemd_runners(settings: Settings, env: pipeline.Environment) -> RunnerFactory | None:
+    """Under the systemd driver, pod and tier values go through unit properties first (as `apply` does),
+    or systemd puts its own back on the next daemon-reload."""
+    if settings.cgroup_driver is not DriverKind.SYSTEMD:
+        return None
+    from agent.systemd_runner import systemd_runner
+    from cgroupfs.systemd.bus import SystemdBus
+    from cgroupfs.systemd.driver import SystemdUnits
+
+    units = SystemdUnits(SystemdBus())
+
+    def runner_for(comp: NodeComputation) -> CgroupStepRunner:
+        desired = {t.cgroup: t.values for t in comp.tiers} | {p.cgroup: p.values for p in comp.pods}
+        return systemd_runner(units, env.files, settings.cpu_weight_formula.value, desired)
+
+    return runner_for
 
 
 def _log_ownership(ownership: Ownership) -> None:

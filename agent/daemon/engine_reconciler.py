@@ -117,7 +117,9 @@ class EngineReconciler:
             skipped_in_progress = previous is None or previous.state is not ResizeState.IN_PROGRESS
             if admitted and skipped_in_progress and status.state in (ResizeState.DONE, ResizeState.ERROR):
                 # admitted and actuated in one pass: the engine never showed InProgress in between
-                events.append(PodEventNote("ResizeAccepted", "the new resources are admitted", uid=status.uid))
+                events.append(
+                    PodEventNote("ResizeAccepted", "the new resources are admitted", uid=status.uid)
+                )
             note = event_for(status, previous)
             if note is not None:
                 events.append(note)

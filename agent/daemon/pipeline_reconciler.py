@@ -51,6 +51,10 @@ from agent.settings import Settings
 from cgroupfs import layout
 from cgroupfs.types import CgroupVersion, DriverKind
 
+RunnerFactory = Callable[[NodeComputation], CgroupStepRunner]
+"""How a pass's cgroup steps reach the kernel: plain file writes, or (systemd driver) unit properties
+first, which need the pass's desired values."""
+
 ACTIVE = frozenset({ResizeState.PROPOSED, ResizeState.IN_PROGRESS, ResizeState.DEFERRED, ResizeState.ERROR})
 _LIMIT_FILES = frozenset(
     {layout.CPU_QUOTA, layout.CPU_PERIOD, layout.CPU_MAX, layout.MEMORY_LIMIT, layout.MEMORY_MAX}
@@ -109,7 +113,7 @@ class PipelineReconciler:
         env: pipeline.Environment,
         ownership: Ownership,
         cri: ContainerUpdater | None,
-        runner: CgroupStepRunner | None = None,
+        runner_for: RunnerFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
@@ -117,7 +121,8 @@ class PipelineReconciler:
         self.cfg = settings.compute_config(env.hugepage_sizes)
         self.ownership = ownership
         self.cri = cri
-        self.runner = runner or file_runner(env.files)
+        files = env.files
+        self.runner_for: RunnerFactory = runner_for or (lambda computation: file_runner(files))
         self.clock = clock
         self.drift = DriftTracker(settings.drift_max_reverts, settings.drift_backoff_s)
         self.backoff = Backoff(base=0.5, cap=60.0)
@@ -227,6 +232,7 @@ class PipelineReconciler:
         filtered = self._filter(node_diff, pod_level_limits=pod.pod_limits is not None)
         extra = {p: env.files.read(p) for p in usage_paths(filtered.node)}
         plan = build_plan(filtered.node, extra, include_containers=self.cri is not None)
+        runner = self.runner_for(node)
         container_steps = [s for s in plan.steps if isinstance(s, ContainerStep)]
         resize = changed_values or active or (first_sight and bool(container_steps))
         blocked = "; ".join(p.message for p in plan.errors)
@@ -263,7 +269,7 @@ class PipelineReconciler:
         if resize and (rec.status is None or rec.status.state is not ResizeState.IN_PROGRESS):
             base = self._transition(rec, pod.uid, base, ResizeState.IN_PROGRESS, "Applying", _describe(plan))
             self.flush()  # a stop or crash from here on is completed by the next start
-        run = self._run(plan, stop, tiers=False)
+        run = self._run(plan, runner, stop, tiers=False)
         report = replace(
             base, writes=run.writes, changed=run.changed, warnings=(*base.warnings, *run.warnings)
         )
@@ -316,7 +322,7 @@ class PipelineReconciler:
             if p.rsplit("/", 1)[-1] not in _USAGE_FILES
         }
         plan = build_plan(filtered.node, extra, include_containers=False)
-        run = self._run(plan, stop, tiers=True)
+        run = self._run(plan, self.runner_for(node), stop, tiers=True)
         warnings = (*filtered.warnings, *run.warnings)
         if missing:
             warnings += (f"QoS tier cgroup(s) {', '.join(missing)} do not exist (yet)",)
@@ -448,7 +454,7 @@ class PipelineReconciler:
             hold,
         )
 
-    def _run(self, plan: Plan, stop: StopRequested, tiers: bool) -> _Run:
+    def _run(self, plan: Plan, runner: CgroupStepRunner, stop: StopRequested, tiers: bool) -> _Run:
         """The steps one at a time: stop after the current one when asked, stop at the first failure."""
         run = _Run()
         changed: list[str] = []
@@ -457,7 +463,7 @@ class PipelineReconciler:
             if stop():
                 run.interrupted = True
                 break
-            done = execute([step], self.runner, self.cri)
+            done = execute([step], runner, self.cri)
             run.writes += done.writes
             failed = done.failed
             if (
@@ -466,7 +472,7 @@ class PipelineReconciler:
                 and failed.error_type == "MemoryBelowUsage"
                 and isinstance(step, CgroupStep)
             ):
-                clamped = self._clamp_to_usage(step)
+                clamped = self._clamp_to_usage(step, runner)
                 if clamped is not None:
                     run.writes += 1
                     warnings.append(
@@ -488,7 +494,7 @@ class PipelineReconciler:
         run.warnings = tuple(warnings)
         return run
 
-    def _clamp_to_usage(self, step: CgroupStep) -> str | None:
+    def _clamp_to_usage(self, step: CgroupStep, runner: CgroupStepRunner) -> str | None:
         usage_file = (
             layout.MEMORY_USAGE_V1 if step.setting.version is CgroupVersion.V1 else layout.MEMORY_CURRENT
         )
@@ -496,7 +502,7 @@ class PipelineReconciler:
         if text is None or not text.strip().isdigit():
             return None
         value = text.strip()
-        outcome = execute([replace(step, setting=replace(step.setting, value=value))], self.runner, None)
+        outcome = execute([replace(step, setting=replace(step.setting, value=value))], runner, None)
         if outcome.failed is not None:
             return None
         with self._lock:
