@@ -19,6 +19,8 @@ The ratio 1,000/10 of the medians says whether a path is O(what changed) (target
 from __future__ import annotations
 
 import copy
+import cProfile
+import pstats
 import statistics
 import tempfile
 import time
@@ -198,6 +200,39 @@ def run_engine(node: MemNode, events: int, first: int) -> dict[str, list[float]]
     return out
 
 
+def call_counts(node: MemNode) -> dict[str, float]:
+    """Python function calls per event (cProfile): a machine-independent measure of the work. Equal
+    counts at 10 and 1,000 pods mean the path does exactly the same work whatever the node's size."""
+    i = changed_pod_index(node.raws)
+    files = node.files.copy()
+    rec = _pipeline(node, files)
+    tiers = IncrementalTiers(node.environment(files), node.pods)
+    eng_files = node.files.copy()
+    eng = EngineReconciler(
+        ResizeEngine(node.settings, node.environment(eng_files), MemRuntime(eng_files, node.container_paths), store=MemCheckpoints())
+    )
+    eng.start(node.pods)
+    eng.reconcile_tiers(node.pods, NEVER)
+    out: dict[str, float] = {}
+    for key, events in (("event", 10), ("proposed_event", 10), ("engine_event", 2)):
+        profile = cProfile.Profile()
+        for k in range(1, events + 1):
+            pod = resized(node.raws[i], k)
+            views = [*node.pods[:i], pod, *node.pods[i + 1 :]]
+            profile.enable()
+            if key == "event":
+                rec.reconcile_pod(pod, NEVER)
+                rec.reconcile_tiers(views, NEVER)
+            elif key == "proposed_event":
+                rec.reconcile_pod(pod, NEVER)
+                tiers.event(pod)
+            else:
+                eng.reconcile_pod(pod, NEVER)
+            profile.disable()
+        out[key] = pstats.Stats(profile).total_calls / events  # type: ignore[attr-defined]
+    return out
+
+
 def flush_cost(node: MemNode, state_dir: Path, repeat: int) -> dict[str, float]:
     """The pipeline reconciler's checkpoint flush, which it runs once per resize (JSON of every pod,
     fsync): disk I/O, so outside the per-event figure, but O(node) and shown here."""
@@ -237,6 +272,7 @@ def run(repeat: int = 7) -> dict[str, Any]:
                 else:
                     figures[key] = {"pooled_s": summary(samples), "run_medians_s": over_runs(medians[key])}
             figures["checkpoint_flush_s"] = flush_cost(node, Path(tmp) / "state", repeat)
+            figures["calls_per_event"] = call_counts(node)
             out["sizes"][str(n)] = figures
     small, big = out["sizes"][str(SIZES[0])], out["sizes"][str(SIZES[-1])]
     out["ratio"] = {
