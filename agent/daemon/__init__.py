@@ -136,6 +136,10 @@ def run(settings: Settings) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     env = pipeline.environment(settings)
+    if settings.create_qos_cgroups:  # a bare node: whichever reconciler runs, the tiers must exist first
+        from agent.apply import ensure_tiers
+
+        ensure_tiers(env)
     metrics = Metrics()
     node = settings.node_name or os.environ.get("NODE_NAME")
     source: PodSource
