@@ -64,8 +64,12 @@ def test_a_resize_is_applied_in_order_and_reported(env: Env, reconciler: str) ->
     assert env.node.read(f"memory/{pod_dir}/memory.limit_in_bytes") == str(512 * 2**20)
     reasons = env.cluster.event_reasons(uid)
     assert reasons.index("ResizeAccepted") < reasons.index("ResizeDone")
-    condition = env.cluster.condition(uid, CONDITION)
-    assert condition is not None and condition["status"] == "True" and condition["reason"] == "Done"
+    # the condition patch and the Event are sent by the reporter one after the other: wait for both
+    condition = wait_for(
+        lambda: (c := env.cluster.condition(uid, CONDITION)) is not None and c.get("reason") == "Done" and c,
+        "the Done condition",
+    )
+    assert condition["status"] == "True" and condition["reason"] == "Done"
     patches = env.cluster.recorded("PATCH", "/status")
     assert patches and all(set(p.body["status"]) == {"conditions"} for p in patches)
     assert all(p.content_type == "application/strategic-merge-patch+json" for p in patches)
