@@ -14,6 +14,7 @@ from agent.compute import NodeComputation
 from agent.compute.pod import PodComputation
 from agent.model import ContainerID, ContainerValues, PodUID, Problem
 from cgroupfs import layout
+from cgroupfs.convert import shares_to_weight_linear, shares_to_weight_quadratic
 from cgroupfs.layout import FileSetting, Hierarchy, RenderOptions
 from cgroupfs.naming import cgroup_dir, container_dir
 from cgroupfs.types import CgroupValues, Controller
@@ -45,6 +46,7 @@ class DesiredFile:
     pod_uid: PodUID | None = None
     container: str | None = None
     container_id: ContainerID | None = None
+    accept: tuple[str, ...] = ()  # other values that mean the same (see container_files)
 
     @property
     def field(self) -> str:
@@ -106,8 +108,22 @@ def container_files(
         settings = layout.render(
             pod.cgroup, _container_values(cc.values), hierarchy, container_opts, subdir=sub
         )
+        # The runtime, not the agent, turns a container's shares into cgroup v2 cpu.weight, with a formula
+        # that depends on its version (runc < 1.3.2 linear, newer quadratic): either result is converged.
+        weights = (
+            str(shares_to_weight_linear(cc.values.cpu_shares)),
+            str(shares_to_weight_quadratic(cc.values.cpu_shares)),
+        )
         out.extend(
-            DesiredFile(s, Owner.CONTAINER, pod.pod.key, pod.pod.uid, cc.container.name, status.container_id)
+            DesiredFile(
+                s,
+                Owner.CONTAINER,
+                pod.pod.key,
+                pod.pod.uid,
+                cc.container.name,
+                status.container_id,
+                weights if s.filename == layout.CPU_WEIGHT else (),
+            )
             for s in settings
         )
     return tuple(out)
@@ -167,7 +183,7 @@ def diff(comp: NodeComputation, files: Iterable[DesiredFile], observed: Observat
         if current is None and s.controller is Controller.HUGETLB and observed.dirs.get(s.directory, False):
             hugetlb_missing[s.directory] = None
             continue
-        differs = current is None or not _same(s.filename, current, s.value)
+        differs = current is None or not any(_same(s.filename, current, v) for v in (s.value, *f.accept))
         out.append(FileDiff(f, current, differs, observed.dirs.get(s.directory, current is not None)))
     for d in hugetlb_missing:
         warnings.append(

@@ -371,3 +371,24 @@ def test_hugetlb_saturation_reads_as_unlimited_and_v2_unlimited_renders_max() ->
         )
     }
     assert rendered == {"memory.low": "max", "hugetlb.2MB.max": "max"}  # weight 0 means unset: not written
+
+
+def test_container_cpu_weight_from_either_runtime_formula_is_converged() -> None:
+    """runc < 1.3.2 (Debian 12) writes the linear weight, newer runc the quadratic one: neither flaps."""
+    from agent.diff import Observation, desired_files, diff
+    from cgroupfs import layout as lay
+
+    raw = pod("p", [ctr("c", lim={"cpu": "1", "memory": "1Gi"})], uid="0e0e0e0e-1111-2222-3333-444444444444")
+    raw["status"] = {"containerStatuses": [{"name": "c", "containerID": "containerd://" + "f" * 64}]}
+    comp = compute_node([view(raw)], ComputeConfig())
+    v2 = lay.Hierarchy(unified="", unified_controllers=frozenset({"cpu", "memory"}))
+    files = desired_files(comp, v2, lay.RenderOptions(), lay.RenderOptions(weight_formula="quadratic"))
+    weight = next(f for f in files if f.owner.value == "container" and f.setting.filename == "cpu.weight")
+    for current, differs in (
+        ("100", False),
+        ("39", False),
+        ("77", True),
+    ):  # 1024 shares: quadratic 100, linear 39
+        texts = {f.setting.path: f.setting.value for f in files} | {weight.setting.path: current}
+        node = diff(comp, files, Observation(texts, {f.setting.directory: True for f in files}))
+        assert any(c.setting.path == weight.setting.path for c in node.changes) is differs
