@@ -26,7 +26,9 @@ from typing import Any
 
 from agent import pipeline
 from agent.apply import ensure_tiers
-from agent.compute import NodeComputation, PodComputation, compute_node
+from agent.compute import NodeComputation, PodComputation
+from agent.compute.node import TERMINAL_PHASES
+from agent.compute.tiers import NO_SUMS, RunningTierSums, TierSums, compute_tiers_from_sums, tier_contribution
 from agent.daemon import checkpoint
 from agent.daemon.drift import Action, DriftTracker, likely_owner
 from agent.daemon.ownership import Owner, Ownership, Thing
@@ -129,6 +131,7 @@ class PipelineReconciler:
         self._pods: dict[str, _PodRecord] = {}
         self._observed: set[tuple[str, str | None]] = set()
         self._lock = threading.RLock()
+        self._sums = RunningTierSums()  # per-pod tier contributions, keyed by the PodView they came from
         self.load_warning = self._restore()
 
     # -- checkpoint -------------------------------------------------------------------------------
@@ -193,6 +196,7 @@ class PipelineReconciler:
     def forget_pod(self, uid: PodUID) -> None:
         with self._lock:
             self._pods.pop(uid, None)
+            self._sums.drop(uid)
             self.drift.forget_under(f"pod{uid}")
             self.drift.forget_under(f"pod{uid.replace('-', '_')}")
         self.backoff.forget(uid)
@@ -201,6 +205,7 @@ class PipelineReconciler:
         with self._lock:
             rec = self._pods.setdefault(pod.uid, _PodRecord(pod.key))
         comp = compute_or_note(pod, self.cfg)
+        self._account(pod, comp)
         if isinstance(comp, tuple):
             reason, message = comp
             events = () if rec.invalid == message else (PodEventNote(reason, message, True),)
@@ -307,8 +312,7 @@ class PipelineReconciler:
         env = self.env
         if self.settings.create_qos_cgroups:
             ensure_tiers(env)
-        comp = compute_node(pods, self.cfg)
-        node = NodeComputation((), comp.tiers, (), ())
+        node = NodeComputation((), compute_tiers_from_sums(self._tier_sums(pods), self.cfg), (), ())
         wanted = desired_files(node, env.hierarchy, env.render_options, env.container_render_options, False)
         node_diff = diff(node, wanted, pipeline.observe(env, wanted))
         missing = sorted({f.setting.directory for f in node_diff.files if not f.dir_exists})
@@ -351,6 +355,28 @@ class PipelineReconciler:
         return report
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _account(self, pod: PodView, comp: PodComputation | tuple[str, str]) -> None:
+        """The pod's share of the tier sums, as compute_node would count it (not terminal, computable)."""
+        part = NO_SUMS if isinstance(comp, tuple) or pod.phase in TERMINAL_PHASES else tier_contribution(comp)
+        with self._lock:
+            self._sums.put(pod.uid, pod, part)
+
+    def _tier_sums(self, pods: Sequence[PodView]) -> TierSums:
+        """The running totals, brought up to `pods`: only a pod whose PodView is not the one its share
+        was computed from (a pod pass not run yet, or run concurrently) is computed again; pods not in
+        the list leave the totals. An identity check per pod, no computation, for the rest."""
+        with self._lock:
+            sums = self._sums
+            for pod in pods:
+                if sums.token(pod.uid) is not pod:
+                    comp: PodComputation | tuple[str, str] = ("", "")
+                    if pod.phase not in TERMINAL_PHASES:
+                        comp = compute_or_note(pod, self.cfg)
+                    self._account(pod, comp)
+            if len(sums) > len(pods):
+                sums.keep_only(p.uid for p in pods)
+            return sums.total
 
     def _transition(
         self, rec: _PodRecord, uid: PodUID, report: Report, state: ResizeState, reason: str, message: str

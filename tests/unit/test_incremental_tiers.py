@@ -1,0 +1,136 @@
+"""The tiers from running totals equal the tiers recomputed over every pod, after any sequence of pod
+events: the pure accumulator (`RunningTierSums`) and the pipeline reconciler that keeps one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.compute import PodComputeError, compute_node, compute_pod
+from agent.compute.node import TERMINAL_PHASES
+from agent.compute.tiers import (
+    NO_SUMS,
+    RunningTierSums,
+    compute_tiers,
+    compute_tiers_from_sums,
+    tier_contribution,
+    tier_sums,
+)
+from agent.daemon.ownership import resolve
+from agent.daemon.pipeline_reconciler import PipelineReconciler
+from agent.model import PodView, Resources
+from agent.pipeline import Environment
+from agent.settings import Settings
+from cgroupfs.layout import Hierarchy
+from tests.unit.podbuild import ctr, pod, view
+
+cpu = st.sampled_from(["10m", "250m", "1", "1500m"])
+mem = st.sampled_from(["64Mi", "128Mi", "1Gi"])
+
+
+@st.composite
+def pod_spec(draw: st.DrawFn, i: int) -> PodView:
+    containers = []
+    for j in range(draw(st.integers(min_value=1, max_value=2))):
+        kind = draw(st.sampled_from(["none", "req", "guaranteed", "invalid"]))  # BestEffort/Burstable/...
+        req: dict[str, Any] | None = None
+        lim: dict[str, Any] | None = None
+        if kind == "req":
+            req = {"cpu": draw(cpu), "memory": draw(mem)}
+        elif kind == "guaranteed":
+            req = lim = {"cpu": draw(cpu), "memory": draw(mem)}
+        elif kind == "invalid":  # requests above limits: the pod cannot be computed
+            req, lim = {"cpu": "2"}, {"cpu": "1"}
+        containers.append(ctr(f"c{j}", req=req, lim=lim))
+    raw = pod(f"p{i}", containers, uid=f"uid-{i}")
+    if draw(st.booleans()) and draw(st.booleans()):
+        raw["status"] = {"phase": draw(st.sampled_from(["Running", "Succeeded", "Failed"]))}
+    return view(raw)
+
+
+@st.composite
+def events(draw: st.DrawFn) -> list[tuple[str, int, PodView | None]]:
+    out: list[tuple[str, int, PodView | None]] = []
+    for _ in range(draw(st.integers(min_value=0, max_value=25))):
+        i = draw(st.integers(min_value=0, max_value=5))
+        if draw(st.integers(min_value=0, max_value=3)) == 0:
+            out.append(("delete", i, None))
+        else:
+            out.append(("upsert", i, draw(pod_spec(i))))
+    return out
+
+
+CFG = Settings(allocatable=Resources(8000, 32 * 1024**3), qos_reserved_memory_percent=50).compute_config(
+    (2 * 1024**2,)
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(events())
+def test_running_totals_give_the_tiers_of_every_pod(evs: list[tuple[str, int, PodView | None]]) -> None:
+    running = RunningTierSums()
+    live: dict[str, PodView] = {}
+    for _, i, p in evs:
+        if p is None:
+            live.pop(f"uid-{i}", None)
+            running.drop(f"uid-{i}")
+            continue
+        live[p.uid] = p
+        try:
+            part = NO_SUMS if p.phase in TERMINAL_PHASES else tier_contribution(compute_pod(p, CFG))
+        except PodComputeError:
+            part = NO_SUMS  # compute_node leaves it out too
+        running.put(p.uid, p, part)
+    comp = compute_node(live.values(), CFG)
+    assert running.total == tier_sums(comp.pods)
+    assert compute_tiers_from_sums(running.total, CFG) == compute_tiers(comp.pods, CFG) == comp.tiers
+
+
+class _NoFiles:
+    """The reconciler's file access, empty: no pod cgroup exists, so pod passes stop at WAITING."""
+
+    def read(self, relpath: str) -> str | None:
+        return None
+
+    def read_many(self, relpaths: Any) -> tuple[dict[str, str | None], dict[str, bool]]:
+        paths = list(relpaths)
+        return dict.fromkeys(paths), {p.rpartition("/")[0]: False for p in paths}
+
+    def exists(self, reldir: str) -> bool:
+        return False
+
+
+@settings(max_examples=60, deadline=None)
+@given(events(), st.lists(st.booleans(), min_size=30, max_size=30))
+def test_the_pipeline_reconcilers_running_totals_follow_any_event_sequence(
+    evs: list[tuple[str, int, PodView | None]], pod_pass_first: list[bool]
+) -> None:
+    """As the daemon runs them: each event may or may not get its pod pass before the tiers pass (two
+    workers), a departure is a forget; the tiers are always those of compute_node over the live pods."""
+    s = Settings(
+        allocatable=Resources(8000, 32 * 1024**3),
+        qos_reserved_memory_percent=50,
+        state_dir=Path("/nonexistent"),
+    )
+    env = Environment(
+        s, Hierarchy(v1={"cpu": "cpu", "memory": "memory"}), (2 * 1024**2,), cast(Any, _NoFiles())
+    )
+    rec = PipelineReconciler(s, env, resolve({}, None, {}), None)
+    never = lambda: False  # noqa: E731
+    live: dict[str, PodView] = {}
+    for n, (_, i, p) in enumerate(evs):
+        if p is None:
+            live.pop(f"uid-{i}", None)
+            if pod_pass_first[n % 30]:
+                rec.forget_pod(f"uid-{i}")  # type: ignore[arg-type]
+        else:
+            live[p.uid] = p
+            if pod_pass_first[n % 30] and p.phase not in TERMINAL_PHASES:
+                rec.reconcile_pod(p, never)
+        pods = [v for v in live.values() if v.phase not in TERMINAL_PHASES]
+        want = compute_node(pods, rec.cfg)
+        assert rec._tier_sums(pods) == tier_sums(want.pods)
+        assert compute_tiers_from_sums(rec._tier_sums(pods), rec.cfg) == want.tiers
