@@ -12,7 +12,8 @@ at a failed step), so nothing is ever half-ordered. In observe-only mode passes 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agent.daemon.reconciler import (
@@ -38,6 +39,8 @@ class EngineReconciler:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _last: dict[str, ResizeStatus] = field(default_factory=dict)
     _invalid: dict[str, str] = field(default_factory=dict)  # uid -> the compute error last reported
+    clock: Callable[[], float] = time.monotonic
+    _last_full: float | None = None  # when the last node-wide pass ran
 
     def start(self, pods: Sequence[PodView]) -> list[str]:
         with self._lock:
@@ -58,12 +61,16 @@ class EngineReconciler:
         with self._lock:
             self._invalid.pop(pod.uid, None)
             self.engine.update(pod)
-            return self._pass("pod")
+            return self._pass("pod", full=self._last_full is None)
 
     def reconcile_tiers(self, pods: Sequence[PodView], stop: StopRequested) -> Report:
+        """A node-wide pass at most once per resync period (drift anywhere); in between, the tiers item
+        every pod event enqueues costs what changed, not the node."""
         with self._lock:
             self.engine.observe(pods)
-            return self._pass("tiers")
+            now = self.clock()
+            full = self._last_full is None or now - self._last_full >= self.engine.settings.resync_period_s
+            return self._pass("tiers", full=full)
 
     def forget_pod(self, uid: PodUID) -> None:
         with self._lock:
@@ -84,8 +91,13 @@ class EngineReconciler:
     def flush(self) -> None:
         """Nothing to do: the engine writes its checkpoint before actuating and after every pass."""
 
-    def _pass(self, scope: str) -> Report:
-        result = self.engine.dry_run() if self.observe_only else self.engine.reconcile()
+    def _pass(self, scope: str, full: bool) -> Report:
+        if self.observe_only:
+            result = self.engine.dry_run()
+        else:
+            result = self.engine.reconcile(full=full)
+            if full:
+                self._last_full = self.clock()
         return self._report(scope, result)
 
     def _report(self, scope: str, result: PassReport) -> Report:

@@ -146,17 +146,19 @@ def admit(
     desired: PodAllocation,
     others: Iterable[PodView],
     node: NodeCapacity,
+    others_used: tuple[int, int] | None = None,
 ) -> Admission:
     """Decide a resize of `pod` (observed view, for overhead and kinds) from `allocated` to `desired`.
-    `others` are the node's other pods at their allocated values."""
+    `others` are the node's other pods at their allocated values; `others_used`, when given, is their summed
+    (CPU milli, memory) requests instead (a caller keeping running totals passes no pods)."""
     allowed = check_allowed(pod, allocated, desired, node)
     if allowed.verdict is not Verdict.ACCEPTED:
         return allowed
     if node.allocatable is None:
         return ACCEPTED
     wanted = pod_requests(with_allocation(pod, desired))
-    used_cpu = used_mem = 0
-    for other in others:
+    used_cpu, used_mem = others_used or (0, 0)
+    for other in () if others_used is not None else others:
         r = pod_requests(other)
         used_cpu += r.cpu_milli or 0
         used_mem += r.memory or 0

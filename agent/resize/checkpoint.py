@@ -46,16 +46,49 @@ def checksum(data: Any) -> str:
     return "sha256:" + hashlib.sha256(_canonical(data)).hexdigest()
 
 
-def encode(records: Iterable[PodRecord]) -> bytes:
-    pods = {
-        r.uid: {
-            "pod": r.pod,
-            "allocated": allocation_to_json(r.allocated),
-            "restarted": dict(r.restarted),
-            "arrival": r.arrival,  # set while a resize is queued or being actuated
-        }
-        for r in sorted(records, key=lambda r: r.uid)
+def _record_json(r: PodRecord) -> dict[str, Any]:
+    return {
+        "pod": r.pod,
+        "allocated": allocation_to_json(r.allocated),
+        "restarted": dict(r.restarted),
+        "arrival": r.arrival,  # set while a resize is queued or being actuated
     }
+
+
+class Encoder:
+    """`encode` with each record's JSON kept between calls. Why: records are immutable, and a pass
+    changes a few of them, so re-encoding the node's every record per save made a save O(node) in JSON
+    work; here it is O(changed) plus joining strings and one SHA-256. Byte-identical to `encode`."""
+
+    def __init__(self) -> None:
+        self._parts: dict[str, tuple[PodRecord, str, str]] = {}  # uid -> (record, canonical, pretty)
+
+    def encode(self, records: Iterable[PodRecord]) -> bytes:
+        parts: dict[str, tuple[PodRecord, str, str]] = {}
+        for r in records:
+            hit = self._parts.get(r.uid)
+            if hit is None or hit[0] is not r:
+                body = _record_json(r)
+                pretty = json.dumps(body, indent=1, sort_keys=True).replace("\n", "\n   ")
+                hit = (r, json.dumps(body, sort_keys=True, separators=(",", ":")), pretty)
+            parts[r.uid] = hit
+        self._parts = parts
+        uids = sorted(parts)
+        canonical = '{"pods":{' + ",".join(f"{json.dumps(u)}:{parts[u][1]}" for u in uids) + "}}"
+        digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+        pods = (
+            "{\n   " + ",\n   ".join(f"{json.dumps(u)}: {parts[u][2]}" for u in uids) + "\n  }"
+            if uids
+            else "{}"
+        )
+        return (
+            f'{{\n "checksum": {json.dumps(digest)},\n "data": {{\n  "pods": {pods}\n }},\n'
+            f' "kind": {json.dumps(KIND)},\n "version": {json.dumps(VERSION)}\n}}\n'
+        ).encode()
+
+
+def encode(records: Iterable[PodRecord]) -> bytes:
+    pods = {r.uid: _record_json(r) for r in sorted(records, key=lambda r: r.uid)}
     data = {"pods": pods}
     doc = {"kind": KIND, "version": VERSION, "checksum": checksum(data), "data": data}
     return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
@@ -125,8 +158,9 @@ class CheckpointStore:
             return None
         return target
 
-    def save(self, records: Iterable[PodRecord]) -> None:
-        data = encode(records)
+    def save(self, records: Iterable[PodRecord], encoded: bytes | None = None) -> None:
+        """`encoded`: the records already encoded by the caller (an `Encoder`), so not encoded twice."""
+        data = encode(records) if encoded is None else encoded
         try:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             tmp = self.dir / f".{self.path.name}.{os.getpid()}.tmp"

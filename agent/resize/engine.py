@@ -22,12 +22,25 @@ WaitingForRestart until something starts the container again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from agent.compute import compute_node
-from agent.diff import NodeDiff, Observation, Owner, desired_files, diff, not_yet_created, paths_to_read
+from agent.compute import NodeComputation, PodComputation, PodComputeError, compute_node, compute_pod
+from agent.compute.aggregate import pod_requests
+from agent.compute.config import ComputeConfig
+from agent.compute.node import TERMINAL_PHASES
+from agent.compute.tiers import NO_SUMS, RunningTierSums, compute_tiers_from_sums, tier_contribution
+from agent.diff import (
+    FileDiff,
+    NodeDiff,
+    Observation,
+    Owner,
+    desired_files,
+    diff,
+    not_yet_created,
+    paths_to_read,
+)
 from agent.execute import (
     CgroupStepRunner,
     ContainerUpdater,
@@ -43,9 +56,9 @@ from agent.plan import CgroupStep, ContainerStep, Plan, RestartStep, build_plan
 from agent.resize import state as sm
 from agent.resize.admission import NodeCapacity
 from agent.resize.allocation import rebuild_allocation, with_allocation
-from agent.resize.checkpoint import CheckpointCorrupt, CheckpointStore, encode
+from agent.resize.checkpoint import CheckpointCorrupt, CheckpointStore, Encoder
 from agent.resize.scope import restarts_for, restrict
-from agent.resize.types import ResizeState, ResizeStatus
+from agent.resize.types import PodAllocation, ResizeState, ResizeStatus
 from agent.settings import Settings
 from cgroupfs import layout
 from cgroupfs.convert import parse_cpu_max
@@ -54,6 +67,8 @@ from cgroupfs.types import CgroupVersion, Controller
 
 class Reader(Protocol):
     def read(self, relpath: str) -> str | None: ...
+
+    def read_many(self, relpaths: Iterable[str]) -> tuple[dict[str, str | None], dict[str, bool]]: ...
 
     def exists(self, reldir: str) -> bool: ...
 
@@ -114,6 +129,16 @@ class _Simulated:
 
     def exists(self, reldir: str) -> bool:
         return reldir not in self.gone and self.base.exists(reldir)
+
+    def read_many(self, relpaths: Iterable[str]) -> tuple[dict[str, str | None], dict[str, bool]]:
+        paths = list(relpaths)
+        texts, dirs = self.base.read_many(paths)
+        for p in paths:
+            if p.rsplit("/", 1)[0] in self.gone:
+                texts[p] = None
+            elif p in self.files:
+                texts[p] = self.files[p]
+        return texts, {d: d not in self.gone and ok for d, ok in dirs.items()}
 
     def run(self, plan: Plan, node: NodeDiff) -> Execution:
         result = Execution()
@@ -193,6 +218,16 @@ class ResizeEngine:
         self._state = sm.EngineState()
         self._pods: dict[PodUID, PodView] = {}
         self._saved: bytes | None = None
+        self._encoder = Encoder()
+        self._saved_records: object = None  # the records mapping last saved (immutable: identity = unchanged)
+        # Kept between passes so a pass costs O(the pods it acts on): each pod's computation at its
+        # allocated values, its share of the tier sums and of the allocated requests (admission).
+        self._cfg = settings.compute_config(env.hugepage_sizes)
+        self._comps: dict[PodUID, _Computed] = {}
+        self._sums = RunningTierSums()
+        self._used = (0, 0)
+        self._stale: set[PodUID] = set()  # pod or allocation changed since computed
+        self._dirty: set[PodUID] = set()  # to converge in the next pass (changed, or not converged yet)
 
     # ---- pods in ----
 
@@ -219,6 +254,7 @@ class ResizeEngine:
                 )
             records = self._rebuild(pods)
         self._state = sm.restore(records)
+        self._stale.update(self._comps)
         self._pods = {}
         self.observe(pods)
         if persist:
@@ -226,18 +262,28 @@ class ResizeEngine:
         return problems
 
     def observe(self, pods: Sequence[PodView]) -> None:
-        """The node's full pod list (a resync): departed pods leave, the others arrive in list order."""
-        self._pods = {p.uid: p for p in pods}
-        self._state = sm.observe(self._state, pods)
+        """The node's full pod list (a resync): departed pods leave, the others arrive in list order.
+        A pod whose view is the very object already held is unchanged and costs nothing more."""
+        present = {p.uid for p in pods}
+        for uid in [u for u in (*self._pods, *self._state.records) if u not in present]:
+            self.remove(uid)
+        for pod in pods:
+            if self._pods.get(pod.uid) is not pod:
+                self.update(pod)
 
     def update(self, pod: PodView) -> None:
         """One pod update (a watch event), in arrival order."""
+        if self._pods.get(pod.uid) is not pod:
+            self._stale.add(pod.uid)
+            self._dirty.add(pod.uid)
         self._pods[pod.uid] = pod
         self._state = sm.observe_pod(self._state, pod)
 
     def remove(self, uid: PodUID) -> None:
         self._pods.pop(uid, None)
         self._state = sm.remove_pod(self._state, uid)
+        self._stale.add(uid)
+        self._dirty.discard(uid)
 
     # ---- state out ----
 
@@ -259,23 +305,26 @@ class ResizeEngine:
 
     # ---- one pass ----
 
-    def reconcile(self) -> PassReport:
+    def reconcile(self, *, full: bool = True) -> PassReport:
+        """One pass. `full`: every pod of the node (a resync: drift anywhere); otherwise only the pods
+        that changed, are not converged yet or have a resize queued, plus the tiers (a pod event)."""
         files = self.env.files
 
         def run(plan: Plan, node: NodeDiff) -> Execution:
             return execute(plan, self.cgroup, self.runtime, on_step=self._on_step)
 
-        return self._pass(files, run, include_containers=self.runtime is not None, save=True)
+        return self._pass(files, run, include_containers=self.runtime is not None, save=True, full=full)
 
     def dry_run(self) -> PassReport:
         """The steps `reconcile` would run now, in order, assuming each succeeds; nothing is written and
         the engine's state is left as it was. Container steps are shown even without a runtime."""
-        saved_state, saved_bytes = self._state, self._saved
+        saved_state, saved_bytes, dirty = self._state, self._saved, set(self._dirty)
         sim = _Simulated(self.env.files)
         try:
-            return self._pass(sim, sim.run, include_containers=True, save=False)
+            return self._pass(sim, sim.run, include_containers=True, save=False, full=True)
         finally:
-            self._state, self._saved = saved_state, saved_bytes
+            self._state, self._saved, self._dirty = saved_state, saved_bytes, dirty
+            self._stale.update(self._pods)  # allocations may have moved during the dry run
 
     def _pass(
         self,
@@ -284,15 +333,23 @@ class ResizeEngine:
         *,
         include_containers: bool,
         save: bool,
+        full: bool = True,
     ) -> PassReport:
         report = PassReport()
         now = self.clock()
-        pods = list(self._pods.values())
-        self._state, accepted = sm.admit_pending(self._state, pods, self.capacity, now, self.timing)
+        self._refresh()
+        self._state, accepted = sm.admit_pending(
+            self._state, self._pods, self.capacity, now, self.timing, used=self._used
+        )
         report.accepted = accepted
+        self._stale.update(accepted)
         if accepted and save:
             self._save()  # allocated state on disk before any step that depends on it
-        snap = self.snapshot(reader)
+        scope: set[PodUID] | None = None
+        if not full:
+            scope = {u for u in self._dirty if u in self._pods}
+            scope.update(r.uid for r in sm.queue(self._state) if r.uid in self._pods)
+        snap = self.snapshot(reader, scope)
         report.warnings.extend(snap.node.warnings)
         report.errors.extend(snap.node.errors)
         handled: set[str] = set()
@@ -302,7 +359,7 @@ class ResizeEngine:
             handled.add(rec.pod)
             wrote = self._drive(rec.uid, snap, reader, run, report, include_containers, save)
             if wrote:
-                snap = self.snapshot(reader)
+                snap = _merged(snap, self.snapshot(reader, {rec.uid}), rec.pod)
         skip = set(handled)
         frozen: set[tuple[str, str]] = set()
         for rec in self._state.records.values():
@@ -326,16 +383,56 @@ class ResizeEngine:
                 )
         if save:
             self._save()
+        # what the next event's pass must look at again: pods still waiting for their cgroup, or all
+        # of this pass's pods when a step failed (the rest of the queue is in every pass anyway)
+        failed_any = any(not o.ok for p in report.passes for o in p.execution.outcomes)
+        if not failed_any:
+            waiting = set(snap.waiting)
+            self._dirty = {u for u in self._dirty if u in self._pods and self._pods[u].key in waiting}
         report.statuses = self.statuses()
         return report
 
-    def snapshot(self, reader: Reader) -> Snapshot:
-        comp = compute_node(self.effective_pods(), self.settings.compute_config(self.env.hugepage_sizes))
+    def _refresh(self) -> None:
+        """Recompute the pods whose view or allocation changed, and their shares of the running totals."""
+        records = self._state.records
+        for uid in self._stale:
+            old = self._comps.pop(uid, None)
+            if old is not None and old.active:
+                self._used = (self._used[0] - old.requests[0], self._used[1] - old.requests[1])
+            pod, rec = self._pods.get(uid), records.get(uid)
+            if pod is None or rec is None:
+                self._sums.drop(uid)
+                continue
+            computed = _compute(pod, rec.allocated, self._cfg)
+            self._comps[uid] = computed
+            self._sums.put(uid, None, tier_contribution(computed.comp) if computed.comp else NO_SUMS)
+            if computed.active:
+                self._used = (self._used[0] + computed.requests[0], self._used[1] + computed.requests[1])
+        self._stale.clear()
+
+    def snapshot(self, reader: Reader, scope: Collection[PodUID] | None = None) -> Snapshot:
+        """The tree read and diffed against the pods at their allocated values: every pod, or only
+        those in `scope` (the tiers always, from the running totals)."""
+        self._refresh()
+        uids = self._pods if scope is None else [u for u in self._pods if u in scope]
+        comps: list[PodComputation] = []
+        warnings: list[Problem] = []
+        errors: list[Problem] = []
+        for uid in uids:
+            c = self._comps.get(uid)
+            if c is None:
+                continue
+            if c.error is not None:
+                errors.append(c.error)
+            if c.comp is not None:
+                comps.append(c.comp)
+                warnings.extend(Problem(c.comp.pod.key, w) for w in c.comp.warnings)
+        tiers = compute_tiers_from_sums(self._sums.total, self._cfg)
+        comp = NodeComputation(tuple(comps), tiers, tuple(warnings), tuple(errors))
         wanted = desired_files(
             comp, self.env.hierarchy, self.env.render_options, self.env.container_render_options, True
         )
-        paths, dirs = paths_to_read(wanted)
-        observed = Observation({p: reader.read(p) for p in paths}, {d: reader.exists(d) for d in dirs})
+        paths, _ = paths_to_read(wanted)
         extra_paths: dict[str, None] = {}
         for f in wanted:
             s = f.setting
@@ -345,7 +442,10 @@ class ResizeEngine:
                     extra_paths[f"{s.directory}/{layout.MEMORY_MEMSW}"] = None
                 else:
                     extra_paths[f"{s.directory}/{layout.MEMORY_CURRENT}"] = None
-        extra = {p: reader.read(p) for p in extra_paths}
+        path_set = set(paths)
+        texts, dirs = reader.read_many([*paths, *(p for p in extra_paths if p not in path_set)])
+        observed = Observation({p: texts[p] for p in paths}, dirs)
+        extra = {p: texts[p] for p in extra_paths}
         node, waiting = not_yet_created(diff(comp, wanted, observed))
         return Snapshot(node, extra, waiting)
 
@@ -407,7 +507,7 @@ class ResizeEngine:
             report.errors.append(Problem(rec.pod, message))
             return execution.writes > 0
         # read back: the pod is done only when the kernel shows its allocated values
-        after = self.snapshot(reader) if execution.writes else snap
+        after = self.snapshot(reader, {uid}) if execution.writes else snap
         rest = restrict(after.node, {rec.pod}, tiers=False, frozen_containers=frozen)
         remaining = [f for f in rest.changes if f.desired.pod == rec.pod]
         if plan.blocked:
@@ -447,11 +547,19 @@ class ResizeEngine:
     # ---- checkpoint ----
 
     def _save(self) -> None:
-        data = encode(self._state.records.values())
-        if data == self._saved:
+        """Write the checkpoint when the records changed (the state is immutable: an unchanged pass
+        keeps the very same mapping, so nothing is encoded) and their encoding differs."""
+        records = self._state.records
+        if records is self._saved_records:
             return
-        self.store.save(self._state.records.values())
-        self._saved = data
+        data = self._encoder.encode(records.values())
+        if data != self._saved:
+            if type(self.store).save is CheckpointStore.save:
+                self.store.save(records.values(), data)
+            else:  # a store of its own (tests, bench) keeps the one-argument save
+                self.store.save(records.values())
+            self._saved = data
+        self._saved_records = records
 
     def _rebuild(self, pods: Sequence[PodView]) -> list[sm.PodRecord]:
         """Allocated state from what the kernel shows (spec values where they match exactly)."""
@@ -460,12 +568,11 @@ class ResizeEngine:
         wanted = desired_files(
             comp, self.env.hierarchy, self.env.render_options, self.env.container_render_options, True
         )
+        mine = [d for d in wanted if d.owner is Owner.CONTAINER and d.pod is not None and d.container]
+        read, _ = self.env.files.read_many(d.setting.path for d in mine)
         texts: dict[tuple[str, str], dict[str, str | None]] = {}
-        for d in wanted:
-            if d.owner is Owner.CONTAINER and d.pod is not None and d.container is not None:
-                texts.setdefault((d.pod, d.container), {})[d.setting.filename] = self.env.files.read(
-                    d.setting.path
-                )
+        for d in mine:
+            texts.setdefault((d.pod or "", d.container or ""), {})[d.setting.filename] = read[d.setting.path]
         out = []
         for pc in comp.pods:
             observed: dict[str, ContainerValues] = {}
@@ -476,6 +583,41 @@ class ResizeEngine:
             alloc = rebuild_allocation(pc.pod, observed, cfg)
             out.append(sm.PodRecord(pc.pod.uid, pc.pod.key, alloc, alloc))
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Computed:
+    """One pod at its allocated values: its computation (None when terminal or not computable), the
+    compute error, and its allocated (CPU milli, memory) requests for admission."""
+
+    comp: PodComputation | None
+    error: Problem | None
+    requests: tuple[int, int]
+    active: bool  # counted in the node's used requests (not terminal)
+
+
+def _compute(pod: PodView, allocated: PodAllocation, cfg: ComputeConfig) -> _Computed:
+    effective = with_allocation(pod, allocated)
+    active = pod.phase not in TERMINAL_PHASES
+    req = pod_requests(effective)
+    requests = (req.cpu_milli or 0, req.memory or 0)
+    if not active:
+        return _Computed(None, None, requests, False)
+    try:
+        return _Computed(compute_pod(effective, cfg), None, requests, True)
+    except PodComputeError as err:
+        return _Computed(None, Problem(err.pod, err.message), requests, True)
+
+
+def _merged(snap: Snapshot, fresh: Snapshot, pod: str) -> Snapshot:
+    """`snap` with one pod's files and the tiers replaced by a newer read of them (`fresh`)."""
+    newer: dict[str, FileDiff] = {
+        f.setting.path: f for f in fresh.node.files if f.desired.owner is Owner.TIER or f.desired.pod == pod
+    }
+    files = tuple(newer.pop(f.setting.path, f) for f in snap.node.files)
+    node = replace(snap.node, files=(*files, *newer.values()))
+    waiting = tuple(w for w in snap.waiting if w != pod) + tuple(w for w in fresh.waiting if w == pod)
+    return Snapshot(node, {**snap.extra, **fresh.extra}, waiting)
 
 
 def _waiting_outcome(containers: set[str]) -> sm.Outcome:

@@ -154,11 +154,18 @@ def _eligible(rec: PodRecord, now: float, capacity_freed: bool) -> bool:
 
 
 def admit_pending(
-    state: EngineState, pods: Sequence[PodView], node: NodeCapacity, now: float, timing: Timing
+    state: EngineState,
+    pods: Sequence[PodView] | Mapping[PodUID, PodView],
+    node: NodeCapacity,
+    now: float,
+    timing: Timing,
+    used: tuple[int, int] | None = None,
 ) -> tuple[EngineState, list[PodUID]]:
     """Admit queued resizes in arrival order; returns the new state and the UIDs accepted (whose
-    allocations the caller must checkpoint before actuating anything)."""
-    by_uid = {p.uid: p for p in pods}
+    allocations the caller must checkpoint before actuating anything). `used`: the summed allocated
+    (CPU milli, memory) requests of every non-terminal pod with a record, when the caller keeps them as
+    running totals; the other pods are then never walked (O(queue), not O(node))."""
+    by_uid = pods if isinstance(pods, Mapping) else {p.uid: p for p in pods}
     accepted: list[PodUID] = []
     capacity_freed = state.capacity_freed
     changed = True
@@ -170,15 +177,28 @@ def admit_pending(
             pod = by_uid.get(rec.uid)
             if pod is None:
                 continue
-            others = [
-                with_allocation(p, state.records[p.uid].allocated)
-                for p in pods
-                if p.uid != rec.uid and p.uid in state.records and p.phase not in TERMINAL_PHASES
-            ]
-            decision = admit(pod, rec.allocated, rec.desired, others, node)
+            before = pod_requests(with_allocation(pod, rec.allocated))
+            others_used = None
+            if used is not None:
+                own = (0, 0) if pod.phase in TERMINAL_PHASES else (before.cpu_milli or 0, before.memory or 0)
+                others_used = (used[0] - own[0], used[1] - own[1])
+            others = (
+                []
+                if used is not None
+                else [
+                    with_allocation(p, state.records[p.uid].allocated)
+                    for p in by_uid.values()
+                    if p.uid != rec.uid and p.uid in state.records and p.phase not in TERMINAL_PHASES
+                ]
+            )
+            decision = admit(pod, rec.allocated, rec.desired, others, node, others_used)
             if decision.verdict is Verdict.ACCEPTED:
-                before = pod_requests(with_allocation(pod, rec.allocated))
                 after = pod_requests(with_allocation(pod, rec.desired))
+                if used is not None and pod.phase not in TERMINAL_PHASES:
+                    used = (
+                        used[0] + (after.cpu_milli or 0) - (before.cpu_milli or 0),
+                        used[1] + (after.memory or 0) - (before.memory or 0),
+                    )
                 if (after.cpu_milli or 0) < (before.cpu_milli or 0) or (after.memory or 0) < (
                     before.memory or 0
                 ):
