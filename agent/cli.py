@@ -120,10 +120,13 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="the daemon: watch the node's pods and reconcile continuously")
     _common(r)
     r.add_argument("--metrics-bind-address", help="host:port for /metrics (default 127.0.0.1:9812)")
-    r.add_argument("--health-bind-address", help="host:port for /healthz and /readyz (default 127.0.0.1:9813)")
+    r.add_argument(
+        "--health-bind-address", help="host:port for /healthz and /readyz (default 127.0.0.1:9813)"
+    )
     r.add_argument("--resync-period", help="full reconcile interval, e.g. 60s (default 60s)")
-    r.add_argument("--observe-only", action="store_const", const=True, default=None,
-                   help="report drift, write nothing")
+    r.add_argument(
+        "--observe-only", action="store_const", const=True, default=None, help="report drift, write nothing"
+    )
     r.add_argument("--create-qos-cgroups", action="store_const", const=True, default=None)
     r.add_argument("--log-format", choices=["auto", "json", "console"])
     r.add_argument("--log-level", choices=["debug", "info", "warning", "error"])

@@ -7,11 +7,12 @@ plan ordered on the assumption that this one succeeded) can break the child-with
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from agent.model import ContainerID, ContainerValues
 from agent.plan import CgroupStep, Plan, RestartStep, Step
+from cgroupfs.files import MemoryBelowUsage
 
 STOP_GRACE_S = 30  # the kubelet's default terminationGracePeriodSeconds
 
@@ -42,11 +43,22 @@ class StepOutcome:
     error_type: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """A QoS tier's memory limit the kernel would not lower to `wanted` (usage above it): it was set at
+    `set_to`, the usage, so the tier cannot grow further; a later pass lowers it again."""
+
+    path: str
+    wanted: int
+    set_to: int
+
+
 @dataclass(slots=True)
 class Execution:
     outcomes: list[StepOutcome] = field(default_factory=list)
     writes: int = 0
     skipped: int = 0  # steps not run because an earlier one failed
+    shortfalls: list[Shortfall] = field(default_factory=list)
 
     @property
     def failed(self) -> StepOutcome | None:
@@ -75,7 +87,10 @@ def execute(
     for i, step in enumerate(steps):
         try:
             if isinstance(step, CgroupStep):
-                result.writes += cgroup(step)
+                if step.at_usage_on_refusal:
+                    result.writes += _write_or_clamp(step, cgroup, result)
+                else:
+                    result.writes += cgroup(step)
             else:
                 if containers is None:
                     raise RuntimeError("no CRI endpoint: cannot update containers")
@@ -96,6 +111,31 @@ def execute(
         if on_step:
             on_step(outcome)
     return result
+
+
+_CLAMP_ATTEMPTS = 3  # usage moves: each refusal names the usage of that moment
+
+
+def _write_or_clamp(step: CgroupStep, cgroup: CgroupStepRunner, result: Execution) -> int:
+    """The kubelet's retrySetMemoryReserve: a tier limit the kernel refuses (usage above it) is set at
+    the usage instead, so that the tier stops growing; the plan then goes on."""
+    try:
+        return cgroup(step)
+    except MemoryBelowUsage as err:
+        refusal = err
+    for _ in range(_CLAMP_ATTEMPTS):
+        usage = refusal.usage
+        if usage is None:
+            break
+        at_usage = replace(step, setting=replace(step.setting, value=str(usage)))
+        try:
+            written = cgroup(at_usage)
+        except MemoryBelowUsage as err:
+            refusal = err
+            continue
+        result.shortfalls.append(Shortfall(step.path, int(step.setting.value), usage))
+        return written
+    raise refusal
 
 
 def describe(step: Step) -> str:

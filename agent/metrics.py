@@ -61,6 +61,13 @@ class Metrics:
             f"{PREFIX}_drift_yielded_values", "Values the agent stopped fighting over.", registry=r
         )
         self.pods = Gauge(f"{PREFIX}_pods", "Pods of this node the agent knows.", registry=r)
+        self.tier_shortfall = Gauge(
+            f"{PREFIX}_tier_memory_shortfall_bytes",
+            "A QoS tier's memory limit above what qos-reserved asks: the kernel would not lower it below "
+            "usage, so it was set at the usage (0 once lowered).",
+            ["cgroup"],
+            registry=r,
+        )
         self.status_reports = Counter(
             f"{PREFIX}_status_reports_total",
             "Events and pod condition patches sent, by outcome.",

@@ -7,7 +7,15 @@ Per resource — memory first, then CPU, as the kubelet actuates — the steps r
   D. containers whose limit grows.
 Whatever the starting and final states, if the final state has every child within its parent, every
 intermediate state does too: a parent only shrinks once its children are at or below their final
-values, and a child only grows once its parent is at its final value. `check_invariants` replays a plan
+values, and a child only grows once its parent is at its final value.
+
+The memory limits qos-reserved puts on the Burstable and BestEffort tiers are not containment (a pod's
+limit may be above its tier's, as the kubelet sets them); they keep the lower tiers out of memory the
+higher tiers requested. So they move around every pod and container memory step: a tier limit that
+shrinks (a higher-tier request grows, a pod arrives) is written before anything else, lowest tier first;
+one that grows (a request shrinks, a pod left) after everything else. While pod values change, every
+tier is thus at or below the limit that protects both the old and the new requests. A shrink the
+kernel refuses (usage above it) is set at the usage instead, as the kubelet does (see `execute`). `check_invariants` replays a plan
 and refuses it if any step would break the rule. Within one v1 cgroup, CFS period and quota are
 written in the order that keeps the quota/period ratio between its old and new values (the kernel
 compares ratios), and memory+swap is raised before the memory limit when it would be exceeded.
@@ -22,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from agent.diff import FileDiff, NodeDiff, Owner
-from agent.model import UNLIMITED, ContainerID, ContainerValues, PodUID, Problem
+from agent.model import UNLIMITED, ContainerID, ContainerValues, PodUID, Problem, TierKind
 from cgroupfs import layout
 from cgroupfs.convert import PAGE_SIZE, parse_cpu_max
 from cgroupfs.layout import FileSetting
@@ -43,6 +51,9 @@ class CgroupStep:
     owner: Owner
     pod: str | None = None
     kind: Literal["cgroup"] = "cgroup"
+    # a QoS tier's qos-reserved memory limit: when the kernel refuses it (usage above), set it at the
+    # usage instead and go on, as the kubelet's retrySetMemoryReserve does
+    at_usage_on_refusal: bool = False
 
     @property
     def path(self) -> str:
@@ -131,6 +142,38 @@ class Plan:
     errors: tuple[Problem, ...] = ()
     blocked: tuple[Blocked, ...] = ()
     refused: str | None = None  # the invariant violation that made build_plan refuse the plan
+
+
+_MEMORY_LIMITS = frozenset({layout.MEMORY_LIMIT, layout.MEMORY_MAX})
+_RESERVE_RANK = {TierKind.BEST_EFFORT: 0, TierKind.BURSTABLE: 1}  # lowest tier first
+
+
+def reserve_tiers(node: NodeDiff) -> dict[str, int]:
+    """The tiers whose memory limit qos-reserved sets (cgroup name -> rank, lowest tier 0)."""
+    return {
+        str(t.cgroup): _RESERVE_RANK[t.kind]
+        for t in node.computation.tiers
+        if t.kind in _RESERVE_RANK and t.values.memory_limit is not None
+    }
+
+
+def without_tier_memory_growth(node: NodeDiff) -> NodeDiff:
+    """`node` with the qos-reserved tier limits that would grow left where they are: while a pod's
+    admitted change is still being actuated, the lower tiers do not take back what it may still hold."""
+    reserve = reserve_tiers(node)
+    files = []
+    for f in node.files:
+        if (
+            f.differs
+            and f.desired.owner is Owner.TIER
+            and str(f.setting.cgroup) in reserve
+            and f.setting.filename in _MEMORY_LIMITS
+            and _memory_limit_of({f.setting.filename: f.setting.value})
+            > _memory_limit_of({f.setting.filename: f.current})
+        ):
+            f = replace(f, differs=False)
+        files.append(f)
+    return replace(node, files=tuple(files))
 
 
 def resource_of(setting: FileSetting) -> Resource:
@@ -369,12 +412,29 @@ def build_plan(
     blocked_memory: set[str] = set()  # pods (or tiers, by cgroup) whose memory changes are held back
     reclaim: dict[tuple[str, str, str], int] = {}  # group -> intermediate memory limit
 
-    # The memory-usage guard: a limit is lowered only when usage is below the new limit.
+    reserve = reserve_tiers(node)
+
+    def is_reserve(g: _Group) -> bool:
+        return g.owner is Owner.TIER and str(g.cgroup) in reserve
+
+    # The memory-usage guard: a limit is lowered only when usage is below the new limit. Not for a
+    # tier's qos-reserved limit: the kernel reclaims toward it, and a refusal sets it at the usage.
     for k, g in groups.items():
         if k in restarting or g.direction("memory") >= 0:
             continue
         usage = _usage(g, extra)
         new_limit = g.memory_limit(True)
+        if is_reserve(g):
+            if usage is not None and new_limit != INF and usage > new_limit:
+                warnings.append(
+                    Problem(
+                        None,
+                        f"QoS tier {g.cgroup}: usage {int(usage)} is above its new memory limit "
+                        f"{int(new_limit)}; if the kernel cannot reclaim enough, the limit is set at the "
+                        "usage (as the kubelet does) and lowered again on a later pass",
+                    )
+                )
+            continue
         if usage is not None and new_limit != INF and usage > new_limit:
             who = g.pod or str(g.cgroup)
             what = f"container {g.container!r}" if g.container else f"cgroup {g.cgroup}"
@@ -403,9 +463,25 @@ def build_plan(
         else:
             reclaim[k] = max(reclaim[k], int(floor))
 
-    phases: dict[Resource, tuple[list[Step], list[Step], list[Step], list[Step]]] = {}
+    phases: dict[Resource, tuple[list[Step], ...]] = {}
     for resource in RESOURCE_ORDER:
         parents = [g for g in groups.values() if g.owner is not Owner.CONTAINER and g.changed(resource)]
+        first: list[Step] = []  # qos-reserved tier limits that shrink: before any pod value grows
+        last: list[Step] = []  # those that grow: after every pod value shrank (or the pod left)
+        if resource == "memory":
+            tiers = [g for g in parents if is_reserve(g)]
+            parents = [g for g in parents if not is_reserve(g)]
+            for g in sorted(
+                (g for g in tiers if g.direction("memory") < 0), key=lambda g: reserve[str(g.cgroup)]
+            ):
+                first.extend(
+                    replace(w, at_usage_on_refusal=w.setting.filename in _MEMORY_LIMITS)
+                    for w in _ordered_cgroup_writes(g, resource, extra)
+                )
+            for g in sorted(
+                (g for g in tiers if g.direction("memory") >= 0), key=lambda g: -reserve[str(g.cgroup)]
+            ):
+                last.extend(_ordered_cgroup_writes(g, resource, extra))
         containers = [
             g
             for g in groups.values()
@@ -447,10 +523,22 @@ def build_plan(
             for part in (b, d):
                 for i, step in enumerate(part):
                     if isinstance(step, ContainerStep) and step.pod in blocked_memory:
-                        g = groups[(Owner.CONTAINER.value, str(step.changes[0].setting.cgroup), step.container)]
+                        g = groups[
+                            (Owner.CONTAINER.value, str(step.changes[0].setting.cgroup), step.container)
+                        ]
                         current = _current_container_values(g, step.values).memory_limit
                         part[i] = replace(step, values=replace(step.values, memory_limit=current))
-        phases[resource] = (a, b, c, d)
+        waiting = sorted({g.pod for g in groups.values() if g.pod is not None and g.pod in blocked_memory})
+        if last and waiting:
+            # a pod's memory decrease waits for usage: the lower tiers stay where they are until it is done
+            warnings.append(
+                Problem(
+                    None,
+                    f"QoS tier memory limits not raised while the memory decrease of {', '.join(waiting)} waits",
+                )
+            )
+            last = []
+        phases[resource] = (first, a, b, c, d, last)
 
     restart_steps: list[Step] = []
     if include_containers:
@@ -465,9 +553,10 @@ def build_plan(
         # every parent grows first (both resources), then the restarts, then the rest per resource
         for resource in RESOURCE_ORDER:
             steps.extend(phases[resource][0])
+            steps.extend(phases[resource][1])
         steps.extend(restart_steps)
         for resource in RESOURCE_ORDER:
-            for part in phases[resource][1:]:
+            for part in phases[resource][2:]:
                 steps.extend(part)
     else:
         for resource in RESOURCE_ORDER:
@@ -500,7 +589,13 @@ def _reclaim_container_step(
     current = _current_container_values(g, values)
     change = FileDiff(replace(f.desired, setting=replace(f.setting, value=str(target))), f.current, True)
     return ContainerStep(
-        g.pod, g.pod_uid, g.container, g.container_id, "memory", (change,), replace(current, memory_limit=target)
+        g.pod,
+        g.pod_uid,
+        g.container,
+        g.container_id,
+        "memory",
+        (change,),
+        replace(current, memory_limit=target),
     )
 
 
@@ -602,6 +697,14 @@ def _pod_level_limited(node: NodeDiff) -> dict[str, set[Resource]]:
 _EPS = 1e-9
 
 
+def _touches_pod_memory(step: Step) -> bool:
+    if isinstance(step, RestartStep):
+        return "memory" in step.resources
+    if isinstance(step, CgroupStep):
+        return step.resource == "memory" and step.owner is not Owner.TIER
+    return step.resource == "memory"
+
+
 def check_invariants(node: NodeDiff, plan: Plan) -> str | None:
     """Replay `plan` from the observed state: describe the first step after which a child's CPU limit
     (quota/period) or memory limit exceeds its parent's when it did not before; None when safe.
@@ -639,7 +742,9 @@ def check_invariants(node: NodeDiff, plan: Plan) -> str | None:
         return {
             (c, p)
             for c, p in pairs
-            if limit(c, res, texts) != INF and limit(c, res, texts) > limit(p, res, texts)
+            if not (res == "memory" and groups[p].owner is Owner.TIER)  # a tier's memory is no containment
+            and limit(c, res, texts) != INF
+            and limit(c, res, texts) > limit(p, res, texts)
         }
 
     def excess(pod: _Key, res: Resource, state: Mapping[_Key, Mapping[str, str | None]]) -> float:
@@ -648,7 +753,9 @@ def check_invariants(node: NodeDiff, plan: Plan) -> str | None:
         if g.owner is not Owner.POD or res in pod_limited.get(g.pod or "", set()):
             return -INF
         kids = [
-            c for c in children.get(pod, ()) if groups[c].owner is Owner.CONTAINER and not (c in removed and state is texts)
+            c
+            for c in children.get(pod, ())
+            if groups[c].owner is Owner.CONTAINER and not (c in removed and state is texts)
         ]
         pod_limit = limit(pod, res, state)
         if not kids or pod_limit == INF:
@@ -658,6 +765,15 @@ def check_invariants(node: NodeDiff, plan: Plan) -> str | None:
             return -INF
         return sum(values) - pod_limit
 
+    # qos-reserved: while any pod or container memory value changes, each tier's limit stays at or below
+    # both its starting and its final value (what protects the old and the new higher-tier requests)
+    reserve = reserve_tiers(node)
+    protect: dict[_Key, float] = {}
+    for k, g in groups.items():
+        if g.owner is Owner.TIER and str(g.cgroup) in reserve:
+            end = {name: (f.setting.value if f.differs else f.current) for name, f in g.files.items()}
+            protect[k] = min(_memory_limit_of(texts[k]), _memory_limit_of(end))
+
     allowed: dict[tuple[_Key, Resource], float] = {}
     for k, g in groups.items():
         if g.owner is Owner.POD:
@@ -665,6 +781,16 @@ def check_invariants(node: NodeDiff, plan: Plan) -> str | None:
                 allowed[(k, res)] = max(0.0, excess(k, res, texts), excess(k, res, final))
 
     for step in plan.steps:
+        exposed = _touches_pod_memory(step) and next(
+            (t for t, bound in protect.items() if _memory_limit_of(texts[t]) > bound), None
+        )
+        if exposed:
+            where_ = step.path if isinstance(step, CgroupStep) else f"container {step.container}"
+            return (
+                f"{where_} changes a pod's memory while QoS tier {exposed[1]} is at "
+                f"{_memory_limit_of(texts[exposed])}, above the {protect[exposed]} that protects the "
+                "higher tiers' memory requests (qos-reserved)"
+            )
         if isinstance(step, RestartStep):
             key: _Key = (Owner.CONTAINER.value, str(step.cgroup), step.container)
             removed.add(key)
@@ -691,7 +817,5 @@ def check_invariants(node: NodeDiff, plan: Plan) -> str | None:
         if pod is not None and groups[pod].owner is Owner.POD:
             res = step.resource
             if excess(pod, res, texts) > allowed.get((pod, res), 0.0) + _EPS:
-                return (
-                    f"after {where}, the containers of {pod[1]} would sum above the pod's {res} limit"
-                )
+                return f"after {where}, the containers of {pod[1]} would sum above the pod's {res} limit"
     return None

@@ -109,7 +109,9 @@ def plan_json(plan: Plan, resizes: Sequence[ResizeStatus] = ()) -> str:
 def resize_line(status: ResizeStatus) -> str:
     """One line per pod resize: state, reason and message (plan's table, explain)."""
     why = f" ({status.reason})" if status.reason else ""
-    return f"resize {status.pod}: {status.state.value}{why}" + (f" — {status.message}" if status.message else "")
+    return f"resize {status.pod}: {status.state.value}{why}" + (
+        f" — {status.message}" if status.message else ""
+    )
 
 
 def plan_table(plan: Plan, resizes: Sequence[ResizeStatus] = ()) -> str:
@@ -154,9 +156,7 @@ def _num(v: int | None) -> str:
     return "unlimited (-1)" if v == UNLIMITED else str(v)
 
 
-def explain(
-    comp: PodComputation, files: Sequence[FileDiff] = (), resize: ResizeStatus | None = None
-) -> str:
+def explain(comp: PodComputation, files: Sequence[FileDiff] = (), resize: ResizeStatus | None = None) -> str:
     """How each value of one pod was derived: QoS and why, each sum, each formula, each file."""
     p = comp.pod
     v = comp.values

@@ -57,6 +57,16 @@ class TierSums:
             self.burstable_memory - other.burstable_memory,
         )
 
+    def most(self, other: TierSums) -> TierSums:
+        """Field by field the larger: the share that protects both an old and a new request while a
+        pod's change is on its way (the tiers shrink for a growth at once, grow after a shrink is done)."""
+        return TierSums(
+            max(self.burstable_pods, other.burstable_pods),
+            max(self.burstable_cpu_milli, other.burstable_cpu_milli),
+            max(self.guaranteed_memory, other.guaranteed_memory),
+            max(self.burstable_memory, other.burstable_memory),
+        )
+
 
 NO_SUMS: Final = TierSums()
 
@@ -94,6 +104,10 @@ class RunningTierSums:
     def token(self, uid: str) -> object | None:
         part = self._parts.get(uid)
         return part[0] if part is not None else None
+
+    def part(self, uid: str) -> TierSums | None:
+        found = self._parts.get(uid)
+        return found[1] if found is not None else None
 
     def put(self, uid: str, token: object, part: TierSums) -> None:
         old = self._parts.get(uid)

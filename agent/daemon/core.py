@@ -77,6 +77,7 @@ class Daemon:
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._tiers_done = threading.Event()
+        self._shortfalls: dict[str, int] = {}  # tier memory path -> the limit it could not reach (logged)
         self._threads: list[threading.Thread] = []
         self._source_thread: threading.Thread | None = None
 
@@ -152,12 +153,9 @@ class Daemon:
     # -- workers -------------------------------------------------------------------------------------
 
     def _views(self) -> list[PodView]:
+        """Every pod bound here, terminal ones too: they count in the tiers until known gone."""
         with self._lock:
-            return [
-                e.view
-                for e in self._cache.values()
-                if e.view is not None and e.view.phase not in TERMINAL_PHASES
-            ]
+            return [e.view for e in self._cache.values() if e.view is not None]
 
     def _work(self) -> None:
         while True:
@@ -195,6 +193,29 @@ class Daemon:
             report = self.reconciler.reconcile_pod(pod, self.stop.is_set)
             self._finish(key, entry.ref, report, start)
 
+    def _report_shortfalls(self, report: Report) -> None:
+        """A tier limit set at usage: the gauge, and one warning per limit it could not reach."""
+        short = {sf.path for sf in report.shortfalls}
+        for sf in report.shortfalls:
+            self.metrics.tier_shortfall.labels(sf.path).set(sf.set_to - sf.wanted)
+            with self._lock:
+                first = self._shortfalls.get(sf.path) != sf.wanted
+                self._shortfalls[sf.path] = sf.wanted
+            if first:
+                log.warning(
+                    "tier.memory_shortfall",
+                    path=sf.path,
+                    wanted=sf.wanted,
+                    set_to=sf.set_to,
+                    message="usage is above the qos-reserved limit: set at the usage, lowered on a later pass",
+                )
+        for path in report.changed:
+            with self._lock:
+                cleared = path not in short and self._shortfalls.pop(path, None) is not None
+            if cleared:
+                self.metrics.tier_shortfall.labels(path).set(0)
+                log.info("tier.memory_converged", path=path)
+
     def _ref(self, uid: str) -> PodRef | None:
         with self._lock:
             entry = self._cache.get(uid)
@@ -208,6 +229,7 @@ class Daemon:
             m.writes.labels("total").inc(report.writes)
         for cls, _ in report.errors:
             m.errors.labels(cls).inc()
+        self._report_shortfalls(report)
         for note in report.drift:
             m.drift.labels(note.thing, note.action).inc()
             if note.action in ("yielded", "observed"):

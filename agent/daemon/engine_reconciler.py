@@ -148,14 +148,16 @@ class EngineReconciler:
             warnings=tuple(w.message for w in result.warnings),
             statuses=tuple(statuses),
             events=tuple(events),
-            retry_after_s=_retry(failed != [], result.statuses),
+            retry_after_s=_retry(failed != [], result.statuses, self.engine.lingering > 0),
+            shortfalls=tuple(result.shortfalls),
         )
 
 
-def _retry(failed: bool, statuses: Sequence[ResizeStatus]) -> float | None:
+def _retry(failed: bool, statuses: Sequence[ResizeStatus], lingering: bool = False) -> float | None:
     """When to look again: the engine keeps its own backoff (an early pass is a no-op for a pod that is
-    not due), so these only bound how long a pending resize waits for the next pass."""
-    if failed:
+    not due), so these only bound how long a pending resize waits for the next pass. A terminal pod's
+    cgroup goes away without an event: while one is still counted, look again soon."""
+    if failed or lingering:
         return 2.0
     if any(s.state in (ResizeState.IN_PROGRESS, ResizeState.ERROR) for s in statuses):
         return 5.0

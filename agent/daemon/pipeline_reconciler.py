@@ -45,13 +45,13 @@ from agent.daemon.reconciler import (
 )
 from agent.diff import FileDiff, NodeDiff, desired_files, diff, not_yet_created
 from agent.diff import Owner as FileOwner
-from agent.execute import CgroupStepRunner, ContainerUpdater, execute, file_runner
+from agent.execute import CgroupStepRunner, ContainerUpdater, Shortfall, execute, file_runner
 from agent.model import PodUID, PodView, TierKind
 from agent.plan import CgroupStep, ContainerStep, Plan, Step, build_plan, usage_paths
 from agent.queue import Backoff
 from agent.settings import Settings
 from cgroupfs import layout
-from cgroupfs.types import CgroupVersion, DriverKind
+from cgroupfs.types import Controller, DriverKind
 
 RunnerFactory = Callable[[NodeComputation], CgroupStepRunner]
 """How a pass's cgroup steps reach the kernel: plain file writes, or (systemd driver) unit properties
@@ -63,6 +63,7 @@ _LIMIT_FILES = frozenset(
 )
 _MEMORY_LIMITS = frozenset({layout.MEMORY_LIMIT, layout.MEMORY_MAX})
 _USAGE_FILES = frozenset({layout.MEMORY_USAGE_V1, layout.MEMORY_CURRENT})
+_LINGER_S = 2.0
 _BENIGN = frozenset({"CgroupNotFound", "ContainerNotFound"})
 
 
@@ -105,7 +106,7 @@ class _Run:
     changed: tuple[str, ...] = ()
     failed: tuple[str, str] | None = None  # (error class, message)
     interrupted: bool = False
-    warnings: tuple[str, ...] = ()
+    shortfalls: tuple[Shortfall, ...] = ()
 
 
 class PipelineReconciler:
@@ -132,6 +133,9 @@ class PipelineReconciler:
         self._observed: set[tuple[str, str | None]] = set()
         self._lock = threading.RLock()
         self._sums = RunningTierSums()  # per-pod tier contributions, keyed by the PodView they came from
+        self._tier_lock = threading.Lock()  # held by a pass from computing the tiers to its last step
+        self.shortfalls: dict[str, Shortfall] = {}  # tier memory limits set at usage, until lowered
+        self.lingering = 0  # terminal pods still counted in the tiers (their cgroup is not gone yet)
         self.load_warning = self._restore()
 
     # -- checkpoint -------------------------------------------------------------------------------
@@ -205,18 +209,35 @@ class PipelineReconciler:
         with self._lock:
             rec = self._pods.setdefault(pod.uid, _PodRecord(pod.key))
         comp = compute_or_note(pod, self.cfg)
-        self._account(pod, comp)
+        part = self._share(pod, comp)
+        self._account(pod, part, settled=False)  # protective until the pod's values are in place
         if isinstance(comp, tuple):
             reason, message = comp
             events = () if rec.invalid == message else (PodEventNote(reason, message, True),)
             rec.invalid = message
             return Report("pod", Outcome.INVALID, errors=((reason, message),), events=events)
         rec.invalid = None
+        with self._tier_lock:  # the tiers' one writer at a time, as the kubelet's QoS manager lock
+            report = self._reconcile_pod(pod, comp, rec, stop, part)
+        if report.outcome in (Outcome.APPLIED, Outcome.CONVERGED):
+            self._account(pod, part, settled=True)
+        return report
+
+    def _reconcile_pod(
+        self, pod: PodView, comp: PodComputation, rec: _PodRecord, stop: StopRequested, part: TierSums
+    ) -> Report:
+        """The pod's cgroups and containers, and the QoS tiers its change moves, in one plan: the tiers
+        are computed with the pod's new share (the plan orders the tier steps around the pod's)."""
         sig = signature(comp)
-        node = NodeComputation((comp,), (), (), ())
+        with self._lock:
+            sums = self._sums.total - (self._sums.part(pod.uid) or NO_SUMS) + part
+        node = NodeComputation((comp,), compute_tiers_from_sums(sums, self.cfg), (), ())
         env = self.env
         wanted = desired_files(node, env.hierarchy, env.render_options, env.container_render_options, True)
-        node_diff, waiting = not_yet_created(diff(node, wanted, pipeline.observe(env, wanted)))
+        full_diff = diff(node, wanted, pipeline.observe(env, wanted))
+        # tiers not created yet are the tiers item's business (it reports them)
+        present = tuple(f for f in full_diff.files if f.desired.owner is not FileOwner.TIER or f.dir_exists)
+        node_diff, waiting = not_yet_created(replace(full_diff, files=present))
         if waiting:
             return Report("pod", Outcome.WAITING, retry_after_s=self.backoff.next(pod.uid))
 
@@ -244,7 +265,7 @@ class PipelineReconciler:
         base = Report(
             "pod",
             Outcome.CONVERGED,
-            warnings=filtered.warnings,
+            warnings=(*filtered.warnings, *(p.message for p in plan.warnings)),
             drift=filtered.notes,
             errors=tuple(("MemoryBelowUsage", p.message) for p in plan.errors),
         )
@@ -274,10 +295,8 @@ class PipelineReconciler:
         if resize and (rec.status is None or rec.status.state is not ResizeState.IN_PROGRESS):
             base = self._transition(rec, pod.uid, base, ResizeState.IN_PROGRESS, "Applying", _describe(plan))
             self.flush()  # a stop or crash from here on is completed by the next start
-        run = self._run(plan, runner, stop, tiers=False)
-        report = replace(
-            base, writes=run.writes, changed=run.changed, warnings=(*base.warnings, *run.warnings)
-        )
+        run = self._run(plan, runner, stop)
+        report = replace(base, writes=run.writes, changed=run.changed, shortfalls=run.shortfalls)
         if run.interrupted:
             return replace(report, outcome=Outcome.INTERRUPTED)
         if run.failed is not None:
@@ -309,6 +328,10 @@ class PipelineReconciler:
         return report
 
     def reconcile_tiers(self, pods: Sequence[PodView], stop: StopRequested) -> Report:
+        with self._tier_lock:
+            return self._reconcile_tiers(pods, stop)
+
+    def _reconcile_tiers(self, pods: Sequence[PodView], stop: StopRequested) -> Report:
         env = self.env
         if self.settings.create_qos_cgroups:
             ensure_tiers(env)
@@ -319,15 +342,16 @@ class PipelineReconciler:
         present = tuple(f for f in node_diff.files if f.dir_exists)
         node_diff = NodeDiff(present, node_diff.warnings, node_diff.errors, node_diff.computation)
         filtered = self._filter(node_diff, pod_level_limits=False)
-        # no usage files: a tier's limit is written as asked and the kernel reclaims (or refuses: clamp)
+        # no usage files: a tier's limit is written as asked and the kernel reclaims (or refuses: the
+        # executor sets it at the usage); memory+swap still orders the v1 writes
         extra = {
             p: env.files.read(p)
             for p in usage_paths(filtered.node)
             if p.rsplit("/", 1)[-1] not in _USAGE_FILES
         }
         plan = build_plan(filtered.node, extra, include_containers=False)
-        run = self._run(plan, self.runner_for(node), stop, tiers=True)
-        warnings = (*filtered.warnings, *run.warnings)
+        run = self._run(plan, self.runner_for(node), stop)
+        warnings = (*filtered.warnings, *(p.message for p in plan.warnings))
         if missing:
             warnings += (f"QoS tier cgroup(s) {', '.join(missing)} do not exist (yet)",)
         report = Report(
@@ -339,6 +363,7 @@ class PipelineReconciler:
             warnings=warnings,
             drift=filtered.notes,
             retry_after_s=filtered.hold_s,
+            shortfalls=run.shortfalls,
         )
         if run.interrupted:
             return replace(report, outcome=Outcome.INTERRUPTED)
@@ -352,31 +377,57 @@ class PipelineReconciler:
         if missing:
             return replace(report, outcome=Outcome.WAITING, retry_after_s=self.backoff.next("tiers"))
         self.backoff.forget("tiers")
+        if self.lingering:  # a terminal pod's cgroup goes without an event: look again soon
+            report = replace(report, retry_after_s=min(report.retry_after_s or _LINGER_S, _LINGER_S))
         return report
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _account(self, pod: PodView, comp: PodComputation | tuple[str, str]) -> None:
-        """The pod's share of the tier sums, as compute_node would count it (not terminal, computable)."""
-        part = NO_SUMS if isinstance(comp, tuple) or pod.phase in TERMINAL_PHASES else tier_contribution(comp)
+    def _share(self, pod: PodView, comp: PodComputation | tuple[str, str]) -> TierSums:
+        """The pod's share of the tier sums (none when it cannot be computed)."""
+        return NO_SUMS if isinstance(comp, tuple) else tier_contribution(comp)
+
+    def _account(self, pod: PodView, part: TierSums, *, settled: bool) -> None:
+        """Record the pod's share. Until its values are in place (`settled`), the share is the larger of
+        the old and the new one: the lower tiers shrink for a growth at once, grow back after a shrink."""
         with self._lock:
-            self._sums.put(pod.uid, pod, part)
+            old = self._sums.part(pod.uid)
+            self._sums.put(pod.uid, pod, part if settled or old is None else old.most(part))
 
     def _tier_sums(self, pods: Sequence[PodView]) -> TierSums:
         """The running totals, brought up to `pods`: only a pod whose PodView is not the one its share
         was computed from (a pod pass not run yet, or run concurrently) is computed again; pods not in
-        the list leave the totals. An identity check per pod, no computation, for the rest."""
+        the list leave the totals. An identity check per pod, no computation, for the rest.
+
+        A pod in a terminal phase counts, as the kubelet counts it, until it is known to be gone: while
+        its pod cgroup still exists (the kubelet removes it once the pod is torn down)."""
         with self._lock:
             sums = self._sums
+            listed: list[str] = []
+            self.lingering = 0
             for pod in pods:
-                if sums.token(pod.uid) is not pod:
-                    comp: PodComputation | tuple[str, str] = ("", "")
-                    if pod.phase not in TERMINAL_PHASES:
-                        comp = compute_or_note(pod, self.cfg)
-                    self._account(pod, comp)
-            if len(sums) > len(pods):
-                sums.keep_only(p.uid for p in pods)
+                if pod.phase in TERMINAL_PHASES:
+                    if sums.token(pod.uid) is None or not self._cgroup_exists(pod):
+                        continue  # gone (or never counted): out of the totals
+                    self.lingering += 1
+                listed.append(pod.uid)
+                if sums.token(pod.uid) is not pod and pod.phase not in TERMINAL_PHASES:
+                    self._account(pod, self._share(pod, compute_or_note(pod, self.cfg)), settled=False)
+            if len(sums) > len(listed):
+                sums.keep_only(listed)
             return sums.total
+
+    def _cgroup_exists(self, pod: PodView) -> bool:
+        comp = compute_or_note(pod, self.cfg)
+        if isinstance(comp, tuple):
+            return False
+        for controller in (Controller.MEMORY, Controller.CPU):
+            directory = layout.cgroup_directory(
+                comp.cgroup, controller, self.env.hierarchy, self.env.render_options.driver
+            )
+            if directory is not None:
+                return self.env.files.exists(directory)
+        return False
 
     def _transition(
         self, rec: _PodRecord, uid: PodUID, report: Report, state: ResizeState, reason: str, message: str
@@ -480,11 +531,11 @@ class PipelineReconciler:
             hold,
         )
 
-    def _run(self, plan: Plan, runner: CgroupStepRunner, stop: StopRequested, tiers: bool) -> _Run:
-        """The steps one at a time: stop after the current one when asked, stop at the first failure."""
+    def _run(self, plan: Plan, runner: CgroupStepRunner, stop: StopRequested) -> _Run:
+        """The steps one at a time: stop after the current one when asked, stop at the first failure. A
+        tier limit the kernel would not lower is set at the usage by the executor (a shortfall)."""
         run = _Run()
         changed: list[str] = []
-        warnings: list[str] = []
         for step in plan.steps:
             if stop():
                 run.interrupted = True
@@ -492,48 +543,23 @@ class PipelineReconciler:
             done = execute([step], runner, self.cri)
             run.writes += done.writes
             failed = done.failed
-            if (
-                failed is not None
-                and tiers
-                and failed.error_type == "MemoryBelowUsage"
-                and isinstance(step, CgroupStep)
-            ):
-                clamped = self._clamp_to_usage(step, runner)
-                if clamped is not None:
-                    run.writes += 1
-                    warnings.append(
-                        f"{step.path}: the kernel refused {step.setting.value} (usage is above it); "
-                        f"set to the current usage {clamped} as the kubelet does, retried on the next pass"
-                    )
-                    changed.append(step.path)
-                    continue
             if failed is not None:
                 run.failed = (failed.error_type or "Error", failed.error or "failed")
                 break
-            written = _written(step)
+            clamped = {sf.path: str(sf.set_to) for sf in done.shortfalls}
+            written = [(p, clamped.get(p, value)) for p, value in _written(step)]
+            run.shortfalls += tuple(done.shortfalls)
             now = self.clock()
             with self._lock:
                 for p, value in written:
                     self.drift.wrote(p, value, now)
+                    if p not in clamped:
+                        self.shortfalls.pop(p, None)
+                for sf in done.shortfalls:
+                    self.shortfalls[sf.path] = sf
             changed.extend(p for p, _ in written)
         run.changed = tuple(changed)
-        run.warnings = tuple(warnings)
         return run
-
-    def _clamp_to_usage(self, step: CgroupStep, runner: CgroupStepRunner) -> str | None:
-        usage_file = (
-            layout.MEMORY_USAGE_V1 if step.setting.version is CgroupVersion.V1 else layout.MEMORY_CURRENT
-        )
-        text = self.env.files.read(f"{step.setting.directory}/{usage_file}")
-        if text is None or not text.strip().isdigit():
-            return None
-        value = text.strip()
-        outcome = execute([replace(step, setting=replace(step.setting, value=value))], runner, None)
-        if outcome.failed is not None:
-            return None
-        with self._lock:
-            self.drift.wrote(step.path, value, self.clock())
-        return value
 
 
 def _written(step: Step) -> list[tuple[str, str]]:
@@ -547,10 +573,13 @@ def _written(step: Step) -> list[tuple[str, str]]:
 
 def _describe(plan: Plan) -> str:
     containers = sorted({f"{s.container} {s.resource}" for s in plan.steps if isinstance(s, ContainerStep)})
-    cgroups = sum(1 for s in plan.steps if isinstance(s, CgroupStep))
+    cgroups = sum(1 for s in plan.steps if isinstance(s, CgroupStep) and s.owner is not FileOwner.TIER)
+    tiers = sum(1 for s in plan.steps if isinstance(s, CgroupStep) and s.owner is FileOwner.TIER)
     parts = []
     if containers:
         parts.append("containers " + ", ".join(containers))
     if cgroups:
         parts.append(f"{cgroups} pod cgroup write(s)")
+    if tiers:
+        parts.append(f"{tiers} QoS tier write(s)")
     return "; ".join(parts) or "no changes"

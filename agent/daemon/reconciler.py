@@ -14,6 +14,7 @@ from typing import Protocol
 
 from agent.compute import ComputeConfig, PodComputation, PodComputeError, compute_pod
 from agent.compute.aggregate import pod_level_resources_set
+from agent.execute import Shortfall
 from agent.model import PodUID, PodView
 from agent.resize.types import ResizeState, ResizeStatus
 
@@ -98,6 +99,7 @@ class Report:
     events: tuple[PodEventNote, ...] = ()
     statuses: tuple[ResizeStatus, ...] = ()  # resize states that changed in this pass (for the condition)
     drift: tuple[DriftNote, ...] = ()
+    shortfalls: tuple[Shortfall, ...] = ()  # tier memory limits set at usage in this pass
 
 
 class Reconciler(Protocol):

@@ -45,6 +45,7 @@ from agent.execute import (
     CgroupStepRunner,
     ContainerUpdater,
     Execution,
+    Shortfall,
     StepOutcome,
     describe,
     execute,
@@ -52,7 +53,7 @@ from agent.execute import (
 )
 from agent.model import UNLIMITED, ContainerValues, PodUID, PodView, Problem
 from agent.pipeline import Environment
-from agent.plan import CgroupStep, ContainerStep, Plan, RestartStep, build_plan
+from agent.plan import CgroupStep, ContainerStep, Plan, RestartStep, build_plan, without_tier_memory_growth
 from agent.resize import state as sm
 from agent.resize.admission import NodeCapacity
 from agent.resize.allocation import rebuild_allocation, with_allocation
@@ -104,6 +105,10 @@ class PassReport:
     @property
     def steps(self) -> list[StepOutcome]:
         return [o for p in self.passes for o in p.execution.outcomes]
+
+    @property
+    def shortfalls(self) -> list[Shortfall]:
+        return [s for p in self.passes for s in p.execution.shortfalls]
 
     def plan(self) -> Plan:
         """Every step of the pass in order, as one plan (what `plan` prints)."""
@@ -226,6 +231,7 @@ class ResizeEngine:
         self._comps: dict[PodUID, _Computed] = {}
         self._sums = RunningTierSums()
         self._used = (0, 0)
+        self._lingering: set[PodUID] = set()  # terminal pods whose cgroup is still there: they count
         self._stale: set[PodUID] = set()  # pod or allocation changed since computed
         self._dirty: set[PodUID] = set()  # to converge in the next pass (changed, or not converged yet)
 
@@ -337,6 +343,11 @@ class ResizeEngine:
     ) -> PassReport:
         report = PassReport()
         now = self.clock()
+        lingering = {
+            u for u, p in self._pods.items() if p.phase in TERMINAL_PHASES and self._present(reader, p)
+        }
+        self._stale |= lingering ^ self._lingering
+        self._lingering = lingering
         self._refresh()
         self._state, accepted = sm.admit_pending(
             self._state, self._pods, self.capacity, now, self.timing, used=self._used
@@ -367,6 +378,8 @@ class ResizeEngine:
                 skip.add(rec.pod)
             frozen |= {(rec.pod, c) for c in self._waiting_restarts(rec)}
         node = restrict(snap.node, None, exclude=skip, frozen_containers=frozen)
+        if self._actuating():
+            node = without_tier_memory_growth(node)
         plan = build_plan(
             node,
             snap.extra,
@@ -403,7 +416,7 @@ class ResizeEngine:
             if pod is None or rec is None:
                 self._sums.drop(uid)
                 continue
-            computed = _compute(pod, rec.allocated, self._cfg)
+            computed = _compute(pod, rec.allocated, self._cfg, lingering=uid in self._lingering)
             self._comps[uid] = computed
             self._sums.put(uid, None, tier_contribution(computed.comp) if computed.comp else NO_SUMS)
             if computed.active:
@@ -424,7 +437,7 @@ class ResizeEngine:
                 continue
             if c.error is not None:
                 errors.append(c.error)
-            if c.comp is not None:
+            if c.comp is not None and c.actuate:
                 comps.append(c.comp)
                 warnings.extend(Problem(c.comp.pod.key, w) for w in c.comp.warnings)
         tiers = compute_tiers_from_sums(self._sums.total, self._cfg)
@@ -483,7 +496,9 @@ class ResizeEngine:
             return False
         waiting = self._waiting_restarts(rec)
         frozen = {(rec.pod, c) for c in waiting}
-        node = restrict(snap.node, {rec.pod}, frozen_containers=frozen)
+        # the tiers shrink before this pod's values grow; they grow back only in the node-wide pass,
+        # once no admitted change is still being actuated
+        node = without_tier_memory_growth(restrict(snap.node, {rec.pod}, frozen_containers=frozen))
         restarts = restarts_for(node, pod, rec.restarted) if include_containers else set()
         plan = build_plan(
             node,
@@ -534,6 +549,31 @@ class ResizeEngine:
         else:
             self._outcome(uid, sm.Outcome(done=True))
         return execution.writes > 0
+
+    @property
+    def lingering(self) -> int:
+        """Terminal pods still counted in the tiers and admission (their pod cgroup is not gone yet)."""
+        return len(self._lingering)
+
+    def _present(self, reader: Reader, pod: PodView) -> bool:
+        try:
+            name = compute_pod(pod, self._cfg).cgroup
+        except PodComputeError:
+            return False
+        for controller in (Controller.MEMORY, Controller.CPU):
+            directory = layout.cgroup_directory(
+                name, controller, self.env.hierarchy, self.env.render_options.driver
+            )
+            if directory is not None:
+                return reader.exists(directory)
+        return False
+
+    def _actuating(self) -> bool:
+        """An admitted allocation of a pod still on the node is not in its cgroups yet."""
+        return any(
+            r.state in (ResizeState.IN_PROGRESS, ResizeState.ERROR) and r.uid in self._pods
+            for r in self._state.records.values()
+        )
 
     def _outcome(self, uid: PodUID, outcome: sm.Outcome) -> None:
         self._state = sm.actuated(self._state, uid, outcome, self.clock(), self.timing)
@@ -593,20 +633,26 @@ class _Computed:
     comp: PodComputation | None
     error: Problem | None
     requests: tuple[int, int]
-    active: bool  # counted in the node's used requests (not terminal)
+    active: bool  # counted in the node's used requests and the tiers (not terminal, or not gone yet)
+    actuate: bool = True  # its cgroups are converged (not for a terminal pod that is not gone yet)
 
 
-def _compute(pod: PodView, allocated: PodAllocation, cfg: ComputeConfig) -> _Computed:
+def _compute(
+    pod: PodView, allocated: PodAllocation, cfg: ComputeConfig, *, lingering: bool = False
+) -> _Computed:
+    """A terminal pod counts, as the kubelet counts it, until it is known to be gone (`lingering`: its
+    pod cgroup is still there); its cgroups are no longer written."""
     effective = with_allocation(pod, allocated)
-    active = pod.phase not in TERMINAL_PHASES
+    terminal = pod.phase in TERMINAL_PHASES
+    active = not terminal or lingering
     req = pod_requests(effective)
     requests = (req.cpu_milli or 0, req.memory or 0)
     if not active:
         return _Computed(None, None, requests, False)
     try:
-        return _Computed(compute_pod(effective, cfg), None, requests, True)
+        return _Computed(compute_pod(effective, cfg), None, requests, True, actuate=not terminal)
     except PodComputeError as err:
-        return _Computed(None, Problem(err.pod, err.message), requests, True)
+        return _Computed(None, Problem(err.pod, err.message), requests, True, actuate=not terminal)
 
 
 def _merged(snap: Snapshot, fresh: Snapshot, pod: str) -> Snapshot:
