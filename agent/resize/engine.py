@@ -380,6 +380,14 @@ class ResizeEngine:
         node = restrict(snap.node, None, exclude=skip, frozen_containers=frozen)
         if self._actuating():
             node = without_tier_memory_growth(node)
+        clamped = {sf.path for sf in report.shortfalls}  # set at usage in this pass: once is enough
+        if clamped:
+            node = replace(
+                node,
+                files=tuple(
+                    replace(f, differs=False) if f.setting.path in clamped else f for f in node.files
+                ),
+            )
         plan = build_plan(
             node,
             snap.extra,

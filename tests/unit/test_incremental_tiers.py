@@ -21,8 +21,8 @@ from agent.compute.tiers import (
     tier_sums,
 )
 from agent.daemon.ownership import resolve
-from agent.daemon.reconciler import compute_or_note
 from agent.daemon.pipeline_reconciler import PipelineReconciler
+from agent.daemon.reconciler import compute_or_note
 from agent.model import PodView, Resources
 from agent.pipeline import Environment
 from agent.settings import Settings
