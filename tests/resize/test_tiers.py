@@ -257,3 +257,53 @@ def test_a_burstable_shrink_held_by_usage_keeps_the_lower_tier_where_it_is(node:
         {"c": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}},
     )
     assert int(node.read(BESTEFFORT)) == ALLOC - GI - 256 * MI
+
+
+def _terminal(node: ResizeNode, pod: str) -> Any:
+    from agent.pods.parse import parse_pod
+
+    raw = node.raw(pod)
+    raw["status"] = {**raw["status"], "phase": "Succeeded"}
+    return parse_pod(raw)
+
+
+def test_a_terminal_pod_counts_until_its_cgroup_is_gone(node: ResizeNode, driver: Engine | Pipeline) -> None:
+    """As the kubelet counts it: a pod that reached a terminal phase still holds its tiers' reservation
+    until it is torn down (its pod cgroup removed); then the tiers follow in the next pass."""
+    done = _terminal(node, "g")
+    others = [node.view("b")]
+    if isinstance(driver, Engine):
+        driver.engine.update(done)
+        driver.engine.reconcile(full=False)
+        assert driver.engine.lingering == 1
+    else:
+        report = driver.rec.reconcile_tiers([done, *others], lambda: False)
+        assert report.retry_after_s is not None and report.retry_after_s <= 2.0  # looks again soon
+    assert int(node.read(BURSTABLE)) == ALLOC - GI  # still counted
+    assert int(node.read(BESTEFFORT)) == ALLOC - GI - 512 * MI
+
+    _kubelet_removes(node, "g")  # torn down; the API object may stay (a completed Job's pod does)
+    if isinstance(driver, Engine):
+        driver.engine.reconcile(full=False)
+        assert driver.engine.lingering == 0
+    else:
+        driver.rec.reconcile_tiers([done, *others], lambda: False)
+    assert int(node.read(BURSTABLE)) == ALLOC
+    assert int(node.read(BESTEFFORT)) == ALLOC - 512 * MI
+
+
+def test_a_pod_being_deleted_still_counts(node: ResizeNode, driver: Engine | Pipeline) -> None:
+    """deletionTimestamp set, containers still running: nothing about the tiers changes."""
+    raw = node.raw("g")
+    raw["metadata"] = {**raw["metadata"], "deletionTimestamp": "2026-11-22T00:00:00Z"}
+    from agent.pods.parse import parse_pod
+
+    deleting = parse_pod(raw)
+    if isinstance(driver, Engine):
+        driver.engine.update(deleting)
+        driver.engine.reconcile(full=True)
+    else:
+        driver.rec.reconcile_pod(deleting, lambda: False)
+        driver.rec.reconcile_tiers([deleting, node.view("b")], lambda: False)
+    assert int(node.read(BURSTABLE)) == ALLOC - GI
+    assert int(node.read(BESTEFFORT)) == ALLOC - GI - 512 * MI
