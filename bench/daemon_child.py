@@ -97,6 +97,9 @@ class Timed:
     def flush(self) -> None:
         self.inner.flush()
 
+    def stale(self, pods: Sequence[PodView]) -> set[str]:
+        return self.inner.stale(pods)
+
 
 class PushSource:
     """The node's pods as one list, then one pod update per stdin line (like watch events)."""
