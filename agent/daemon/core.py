@@ -283,13 +283,24 @@ class Daemon:
 
     def _resync(self) -> None:
         while not self.stop.wait(self.resync_period_s):
-            with self._lock:
-                keys = list(self._cache)
-            for key in keys:
-                self.queue.add(key)
-            self.queue.add(TIERS)
-            self.metrics.pods.set(len(keys))
-            log.debug("resync", pods=len(keys))
+            self.resync()
+
+    def resync(self) -> None:
+        """Catch drift and anything missed: the reconciler says which pods need a pass (one read of the
+        node instead of a pass per pod); the tiers item always runs."""
+        with self._lock:
+            keys = list(self._cache)
+        views = self._views()
+        try:
+            chosen: set[str] | list[str] = self.reconciler.stale(views)
+        except Exception:  # a bug there must not stop the resync: pass every pod, as before
+            log.exception("resync.stale_failed")
+            chosen = keys
+        for key in chosen:
+            self.queue.add(key)
+        self.queue.add(TIERS)
+        self.metrics.pods.set(len(keys))
+        log.debug("resync", pods=len(keys), passes=len(chosen))
 
     def start(self) -> None:
         self._source_thread = threading.Thread(

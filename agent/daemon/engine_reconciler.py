@@ -41,6 +41,7 @@ class EngineReconciler:
     _invalid: dict[str, str] = field(default_factory=dict)  # uid -> the compute error last reported
     clock: Callable[[], float] = time.monotonic
     _last_full: float | None = None  # when the last node-wide pass ran
+    _resync_due: bool = False  # a resync asked for the node-wide pass
 
     def start(self, pods: Sequence[PodView]) -> list[str]:
         with self._lock:
@@ -69,8 +70,19 @@ class EngineReconciler:
         with self._lock:
             self.engine.observe(pods)
             now = self.clock()
-            full = self._last_full is None or now - self._last_full >= self.engine.settings.resync_period_s
+            full = (
+                self._resync_due
+                or self._last_full is None
+                or now - self._last_full >= self.engine.settings.resync_period_s
+            )
+            self._resync_due = False
             return self._pass("tiers", full=full)
+
+    def stale(self, pods: Sequence[PodView]) -> set[str]:
+        """No pod items: the tiers item's node-wide pass reads and converges the whole node at once."""
+        with self._lock:
+            self._resync_due = True
+        return set()
 
     def forget_pod(self, uid: PodUID) -> None:
         with self._lock:

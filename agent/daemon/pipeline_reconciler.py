@@ -90,6 +90,9 @@ class _PodRecord:
     signature: str | None = None  # the values last converged to
     status: ResizeStatus | None = None
     invalid: str | None = None  # the last compute error reported
+    # the view and values of the last pass that left the pod converged (a resync compares the files)
+    view: PodView | None = None
+    comp: PodComputation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +224,42 @@ class PipelineReconciler:
             report = self._reconcile_pod(pod, comp, rec, stop, part)
         if report.outcome in (Outcome.APPLIED, Outcome.CONVERGED):
             self._account(pod, part, settled=True)
+            with self._lock:
+                rec.view, rec.comp = pod, comp
+        else:
+            with self._lock:
+                rec.view = rec.comp = None
         return report
+
+    def stale(self, pods: Sequence[PodView]) -> set[str]:
+        """One read of the node's pod and container files instead of a pass per pod: only pods changed
+        or unsettled since their last pass, or whose files differ now (drift), get a pass."""
+        out: set[str] = set()
+        comps: list[PodComputation] = []
+        with self._lock:
+            for pod in pods:
+                if pod.phase in TERMINAL_PHASES:
+                    continue
+                rec = self._pods.get(pod.uid)
+                if (
+                    rec is None
+                    or rec.view is not pod
+                    or rec.comp is None
+                    or (rec.status is not None and rec.status.state in ACTIVE)
+                ):
+                    out.add(pod.uid)
+                else:
+                    comps.append(rec.comp)
+        if comps:
+            env = self.env
+            node = NodeComputation(tuple(comps), (), (), ())
+            wanted = desired_files(
+                node, env.hierarchy, env.render_options, env.container_render_options, True
+            )
+            for f in diff(node, wanted, pipeline.observe(env, wanted)).files:
+                if (f.differs or not f.dir_exists) and f.desired.pod_uid is not None:
+                    out.add(f.desired.pod_uid)
+        return out
 
     def _reconcile_pod(
         self, pod: PodView, comp: PodComputation, rec: _PodRecord, stop: StopRequested, part: TierSums

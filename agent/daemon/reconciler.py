@@ -130,3 +130,8 @@ class Reconciler(Protocol):
     def flush(self) -> None:
         """Write the checkpoint (at shutdown, and after state changes)."""
         ...
+
+    def stale(self, pods: Sequence[PodView]) -> set[str]:
+        """At a resync: the pods that need their own pass (changed or not converged when last passed, or
+        whose files differ now). The tiers item always runs; anything else is left alone."""
+        ...
