@@ -30,10 +30,10 @@ from agent.compute import NodeComputation, PodComputation
 from agent.compute.node import TERMINAL_PHASES
 from agent.compute.tiers import NO_SUMS, RunningTierSums, TierSums, compute_tiers_from_sums, tier_contribution
 from agent.daemon import checkpoint
-from agent.daemon.drift import Action, DriftTracker, likely_owner
-from agent.daemon.ownership import Owner, Ownership, Thing
+from agent.daemon.drift import DriftTracker
+from agent.daemon.gate import Gate, Gated, written
+from agent.daemon.ownership import Ownership
 from agent.daemon.reconciler import (
-    DriftNote,
     Outcome,
     PodEventNote,
     Report,
@@ -43,11 +43,11 @@ from agent.daemon.reconciler import (
     compute_or_note,
     event_for,
 )
-from agent.diff import FileDiff, NodeDiff, desired_files, diff, not_yet_created
+from agent.diff import NodeDiff, desired_files, diff, not_yet_created
 from agent.diff import Owner as FileOwner
 from agent.execute import CgroupStepRunner, ContainerUpdater, Shortfall, execute, file_runner
-from agent.model import PodUID, PodView, TierKind
-from agent.plan import CgroupStep, ContainerStep, Plan, Step, build_plan, usage_paths
+from agent.model import PodUID, PodView
+from agent.plan import CgroupStep, ContainerStep, Plan, build_plan, usage_paths
 from agent.queue import Backoff
 from agent.settings import Settings
 from cgroupfs import layout
@@ -67,17 +67,6 @@ _LINGER_S = 2.0
 _BENIGN = frozenset({"CgroupNotFound", "ContainerNotFound"})
 
 
-def thing_of(f: FileDiff, pod_level_limits: bool) -> Thing:
-    """Which managed thing a file belongs to (the ownership table's rows)."""
-    owner, name = f.desired.owner, f.setting.filename
-    if owner is FileOwner.TIER:
-        is_node = f.setting.cgroup.parts[-1:] == (TierKind.NODE.value,)
-        return Thing.QOS_RESERVED_MEMORY if name in _MEMORY_LIMITS and not is_node else Thing.QOS_TIERS
-    if owner is FileOwner.CONTAINER:
-        return Thing.CONTAINER_RESIZES
-    return Thing.POD_LEVEL_LIMITS if pod_level_limits and name in _LIMIT_FILES else Thing.POD_CGROUPS
-
-
 def signature(comp: PodComputation) -> str:
     """The pod's computed values (not container IDs): a change is a resize."""
     values = (comp.values, tuple((c.container.name, c.values) for c in comp.containers))
@@ -93,14 +82,6 @@ class _PodRecord:
     # the view and values of the last pass that left the pod converged (a resync compares the files)
     view: PodView | None = None
     comp: PodComputation | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Filtered:
-    node: NodeDiff
-    notes: tuple[DriftNote, ...]
-    warnings: tuple[str, ...]
-    hold_s: float | None
 
 
 @dataclass(slots=True)
@@ -131,10 +112,10 @@ class PipelineReconciler:
         self.runner_for: RunnerFactory = runner_for or (lambda computation: file_runner(files))
         self.clock = clock
         self.drift = DriftTracker(settings.drift_max_reverts, settings.drift_backoff_s)
+        self._lock = threading.RLock()
+        self.gate = Gate(ownership, self.drift, settings.cgroup_driver is DriverKind.SYSTEMD, self._lock)
         self.backoff = Backoff(base=0.5, cap=60.0)
         self._pods: dict[str, _PodRecord] = {}
-        self._observed: set[tuple[str, str | None]] = set()
-        self._lock = threading.RLock()
         self._sums = RunningTierSums()  # per-pod tier contributions, keyed by the PodView they came from
         self._tier_lock = threading.Lock()  # held by a pass from computing the tiers to its last step
         self.shortfalls: dict[str, Shortfall] = {}  # tier memory limits set at usage, until lowered
@@ -498,76 +479,9 @@ class PipelineReconciler:
             return f"the pod requests {req.memory} bytes of memory, more than the node's allocatable {alloc.memory}"
         return None
 
-    def _filter(self, node: NodeDiff, pod_level_limits: bool) -> _Filtered:
+    def _filter(self, node: NodeDiff, pod_level_limits: bool) -> Gated:
         """Keep the differences the agent owns and is not holding back (drift backoff, yielded)."""
-        files: list[FileDiff] = []
-        notes: list[DriftNote] = []
-        warnings: list[str] = []
-        hold: float | None = None
-        now = self.clock()
-        systemd = self.settings.cgroup_driver is DriverKind.SYSTEMD
-        with self._lock:
-            for f in node.files:
-                path = f.setting.path
-                if not f.differs:
-                    self.drift.converged(path)
-                    files.append(f)
-                    continue
-                thing = thing_of(f, pod_level_limits)
-                owner = self.ownership.owner(thing)
-                if owner is not Owner.AGENT:
-                    if owner is Owner.OBSERVE and (path, f.current) not in self._observed:
-                        self._observed.add((path, f.current))
-                        notes.append(
-                            DriftNote(
-                                thing.value,
-                                path,
-                                "observed",
-                                f"{path} is {f.current}, the agent would write {f.setting.value}",
-                            )
-                        )
-                    files.append(replace(f, differs=False))
-                    continue
-                decision = self.drift.decide(path, f.setting.value, now)
-                if decision.action is Action.APPLY:
-                    files.append(f)
-                    if decision.drift:
-                        notes.append(
-                            DriftNote(
-                                thing.value,
-                                path,
-                                "reapplied",
-                                f"{path} was changed to {f.current}; re-applying {f.setting.value} "
-                                f"(revert {decision.reverts} of {self.drift.max_reverts})",
-                            )
-                        )
-                    continue
-                files.append(replace(f, differs=False))
-                if decision.action is Action.HOLD:
-                    hold = decision.wait_s if hold is None else min(hold, decision.wait_s)
-                    notes.append(
-                        DriftNote(
-                            thing.value,
-                            path,
-                            "held",
-                            f"{path} reverted again; re-applying in {decision.wait_s:.0f}s",
-                        )
-                    )
-                elif decision.action is Action.YIELD:
-                    who = likely_owner(thing, f.setting.filename, systemd)
-                    message = (
-                        f"{path} was changed back {decision.reverts} times (now {f.current}, the agent wants "
-                        f"{f.setting.value}); the agent stops writing it. Likely owner: {who}. Set ownership "
-                        f"{thing.value} to kubelet or observe, or stop the other writer."
-                    )
-                    notes.append(DriftNote(thing.value, path, "yielded", message))
-                    warnings.append(message)
-        return _Filtered(
-            NodeDiff(tuple(files), node.warnings, node.errors, node.computation),
-            tuple(notes),
-            tuple(warnings),
-            hold,
-        )
+        return self.gate.filter(node, pod_level_limits, self.clock())
 
     def _run(self, plan: Plan, runner: CgroupStepRunner, stop: StopRequested) -> _Run:
         """The steps one at a time: stop after the current one when asked, stop at the first failure. A
@@ -585,28 +499,18 @@ class PipelineReconciler:
                 run.failed = (failed.error_type or "Error", failed.error or "failed")
                 break
             clamped = {sf.path: str(sf.set_to) for sf in done.shortfalls}
-            written = [(p, clamped.get(p, value)) for p, value in _written(step)]
+            pairs = [(p, clamped.get(p, value)) for p, value in written(step)]
             run.shortfalls += tuple(done.shortfalls)
-            now = self.clock()
+            self.gate.wrote(pairs, self.clock())
             with self._lock:
-                for p, value in written:
-                    self.drift.wrote(p, value, now)
+                for p, _ in pairs:
                     if p not in clamped:
                         self.shortfalls.pop(p, None)
                 for sf in done.shortfalls:
                     self.shortfalls[sf.path] = sf
-            changed.extend(p for p, _ in written)
+            changed.extend(p for p, _ in pairs)
         run.changed = tuple(changed)
         return run
-
-
-def _written(step: Step) -> list[tuple[str, str]]:
-    """(path, value) of what a successful step wrote (a container step: its container's files)."""
-    if isinstance(step, CgroupStep):
-        return [(step.path, step.setting.value)]
-    if isinstance(step, ContainerStep):
-        return [(c.setting.path, c.setting.value) for c in step.changes]
-    return []
 
 
 def _describe(plan: Plan) -> str:

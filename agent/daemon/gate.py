@@ -1,0 +1,137 @@
+"""What of a diff the agent may write now: the things it owns, less the values it holds back because
+someone else keeps changing them (drift backoff) or gave up on (yielded). Shared by both reconcilers, so
+a value fought over is handled the same whichever runs the pass. No I/O.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+
+from agent.daemon.drift import Action, DriftTracker, likely_owner
+from agent.daemon.ownership import Owner, Ownership, Thing
+from agent.daemon.reconciler import DriftNote
+from agent.diff import FileDiff, NodeDiff
+from agent.diff import Owner as FileOwner
+from agent.model import TierKind
+from agent.plan import CgroupStep, ContainerStep, Step
+from cgroupfs import layout
+
+_LIMIT_FILES = frozenset(
+    {layout.CPU_QUOTA, layout.CPU_PERIOD, layout.CPU_MAX, layout.MEMORY_LIMIT, layout.MEMORY_MAX}
+)
+_MEMORY_LIMITS = frozenset({layout.MEMORY_LIMIT, layout.MEMORY_MAX})
+
+
+def thing_of(f: FileDiff, pod_level_limits: bool) -> Thing:
+    """Which managed thing a file belongs to (the ownership table's rows)."""
+    owner, name = f.desired.owner, f.setting.filename
+    if owner is FileOwner.TIER:
+        is_node = f.setting.cgroup.parts[-1:] == (TierKind.NODE.value,)
+        return Thing.QOS_RESERVED_MEMORY if name in _MEMORY_LIMITS and not is_node else Thing.QOS_TIERS
+    if owner is FileOwner.CONTAINER:
+        return Thing.CONTAINER_RESIZES
+    return Thing.POD_LEVEL_LIMITS if pod_level_limits and name in _LIMIT_FILES else Thing.POD_CGROUPS
+
+
+@dataclass(frozen=True, slots=True)
+class Gated:
+    node: NodeDiff
+    notes: tuple[DriftNote, ...]
+    warnings: tuple[str, ...]
+    hold_s: float | None
+
+
+def written(step: Step) -> list[tuple[str, str]]:
+    """(path, value) of what a successful step wrote (a container step: its container's files)."""
+    if isinstance(step, CgroupStep):
+        return [(step.path, step.setting.value)]
+    if isinstance(step, ContainerStep):
+        return [(c.setting.path, c.setting.value) for c in step.changes]
+    return []
+
+
+class Gate:
+    def __init__(
+        self, ownership: Ownership, drift: DriftTracker, systemd: bool, lock: threading.RLock | None = None
+    ) -> None:
+        self.ownership = ownership
+        self.drift = drift
+        self.systemd = systemd
+        self._lock = lock or threading.RLock()
+        self._observed: set[tuple[str, str | None]] = set()
+
+    def wrote(self, pairs: list[tuple[str, str]], now: float) -> None:
+        with self._lock:
+            for path, value in pairs:
+                self.drift.wrote(path, value, now)
+
+    def filter(self, node: NodeDiff, pod_level_limits: bool, now: float) -> Gated:
+        """Keep the differences the agent owns and is not holding back (drift backoff, yielded)."""
+        files: list[FileDiff] = []
+        notes: list[DriftNote] = []
+        warnings: list[str] = []
+        hold: float | None = None
+        systemd = self.systemd
+        with self._lock:
+            for f in node.files:
+                path = f.setting.path
+                if not f.differs:
+                    self.drift.converged(path)
+                    files.append(f)
+                    continue
+                thing = thing_of(f, pod_level_limits)
+                owner = self.ownership.owner(thing)
+                if owner is not Owner.AGENT:
+                    if owner is Owner.OBSERVE and (path, f.current) not in self._observed:
+                        self._observed.add((path, f.current))
+                        notes.append(
+                            DriftNote(
+                                thing.value,
+                                path,
+                                "observed",
+                                f"{path} is {f.current}, the agent would write {f.setting.value}",
+                            )
+                        )
+                    files.append(replace(f, differs=False))
+                    continue
+                decision = self.drift.decide(path, f.setting.value, now)
+                if decision.action is Action.APPLY:
+                    files.append(f)
+                    if decision.drift:
+                        notes.append(
+                            DriftNote(
+                                thing.value,
+                                path,
+                                "reapplied",
+                                f"{path} was changed to {f.current}; re-applying {f.setting.value} "
+                                f"(revert {decision.reverts} of {self.drift.max_reverts})",
+                            )
+                        )
+                    continue
+                files.append(replace(f, differs=False))
+                if decision.action is Action.HOLD:
+                    hold = decision.wait_s if hold is None else min(hold, decision.wait_s)
+                    notes.append(
+                        DriftNote(
+                            thing.value,
+                            path,
+                            "held",
+                            f"{path} reverted again; re-applying in {decision.wait_s:.0f}s",
+                        )
+                    )
+                elif decision.action is Action.YIELD:
+                    who = likely_owner(thing, f.setting.filename, systemd)
+                    message = (
+                        f"{path} was changed back {decision.reverts} times (now {f.current}, the agent wants "
+                        f"{f.setting.value}); the agent stops writing it. Likely owner: {who}. Set ownership "
+                        f"{thing.value} to kubelet or observe, or stop the other writer."
+                    )
+                    notes.append(DriftNote(thing.value, path, "yielded", message))
+                    warnings.append(message)
+        return Gated(
+            NodeDiff(tuple(files), node.warnings, node.errors, node.computation),
+            tuple(notes),
+            tuple(warnings),
+            hold,
+        )
