@@ -89,10 +89,19 @@ def select_reconciler(
         choice = "engine" if everything else "pipeline"
     log.info("reconciler", kind=choice, setting=settings.reconciler)
     if choice == "engine":
+        from agent.daemon.drift import DriftTracker
         from agent.daemon.engine_reconciler import EngineReconciler
+        from agent.daemon.gate import Gate
         from agent.resize.engine import ResizeEngine
 
-        return EngineReconciler(ResizeEngine(settings, env, cri), observe_only=settings.observe_only)
+        gate = Gate(
+            ownership,
+            DriftTracker(settings.drift_max_reverts, settings.drift_backoff_s),
+            settings.cgroup_driver is DriverKind.SYSTEMD,
+        )
+        return EngineReconciler(
+            ResizeEngine(settings, env, cri), observe_only=settings.observe_only, gate=gate
+        )
     return PipelineReconciler(settings, env, ownership, cri, runner_for=_systemd_runners(settings, env))
 
 

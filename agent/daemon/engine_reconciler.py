@@ -14,8 +14,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from agent.daemon.gate import Gate, Gated, written
 from agent.daemon.reconciler import (
     Outcome,
     PodEventNote,
@@ -26,6 +27,7 @@ from agent.daemon.reconciler import (
     compute_or_note,
     event_for,
 )
+from agent.diff import NodeDiff
 from agent.execute import describe
 from agent.model import PodUID, PodView
 from agent.plan import CgroupStep, ContainerStep
@@ -36,12 +38,24 @@ from agent.resize.engine import PassReport, ResizeEngine
 class EngineReconciler:
     engine: ResizeEngine
     observe_only: bool = False
+    gate: Gate | None = None  # drift backoff and yielding for the node-wide pass (a pod's resize is not held)
+    _gated: list[Gated] = field(default_factory=list)  # what the gate said during the current pass
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _last: dict[str, ResizeStatus] = field(default_factory=dict)
     _invalid: dict[str, str] = field(default_factory=dict)  # uid -> the compute error last reported
     clock: Callable[[], float] = time.monotonic
     _last_full: float | None = None  # when the last node-wide pass ran
     _resync_due: bool = False  # a resync asked for the node-wide pass
+
+    def __post_init__(self) -> None:
+        if self.gate is not None:
+            self.engine.node_filter = self._filter
+
+    def _filter(self, node: NodeDiff) -> NodeDiff:
+        assert self.gate is not None
+        gated = self.gate.filter(node, pod_level_limits=False, now=self.clock())
+        self._gated.append(gated)
+        return gated.node
 
     def start(self, pods: Sequence[PodView]) -> list[str]:
         with self._lock:
@@ -104,13 +118,23 @@ class EngineReconciler:
         """Nothing to do: the engine writes its checkpoint before actuating and after every pass."""
 
     def _pass(self, scope: str, full: bool) -> Report:
+        self._gated.clear()
         if self.observe_only:
             result = self.engine.dry_run()
         else:
             result = self.engine.reconcile(full=full)
             if full:
                 self._last_full = self.clock()
-        return self._report(scope, result)
+            if self.gate is not None:
+                self.gate.wrote([p for o in result.steps if o.ok for p in written(o.step)], self.clock())
+        report = self._report(scope, result)
+        if self._gated:  # a held value is looked at again in the next node-wide pass (each resync)
+            report = replace(
+                report,
+                drift=tuple(n for g in self._gated for n in g.notes),
+                warnings=(*report.warnings, *(w for g in self._gated for w in g.warnings)),
+            )
+        return report
 
     def _report(self, scope: str, result: PassReport) -> Report:
         changed: list[str] = []

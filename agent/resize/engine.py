@@ -211,7 +211,11 @@ class ResizeEngine:
         cgroup: CgroupStepRunner | None = None,
         clock: Callable[[], float] = time.monotonic,
         timing: sm.Timing = DEFAULT_TIMING,
+        node_filter: Callable[[NodeDiff], NodeDiff] | None = None,
     ) -> None:
+        # `node_filter`: what of the node-wide pass may be written now (the daemon's drift backoff); a
+        # pod's own resize is never held back by it
+        self.node_filter = node_filter
         self.settings = settings
         self.env = env
         self.runtime = runtime
@@ -380,6 +384,8 @@ class ResizeEngine:
         node = restrict(snap.node, None, exclude=skip, frozen_containers=frozen)
         if self._actuating():
             node = without_tier_memory_growth(node)
+        if self.node_filter is not None and save:
+            node = self.node_filter(node)
         clamped = {sf.path for sf in report.shortfalls}  # set at usage in this pass: once is enough
         if clamped:
             node = replace(

@@ -33,10 +33,15 @@ CONDITION = "kube-cgroup-agent.io/ResizeApplied"
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """Poll until `predicate()` is truthy; the deadline only bounds a hang, nothing asserts on time."""
+    """Poll until `predicate()` is truthy; the deadline only bounds a hang, nothing asserts on time.
+    A fake cgroup file read while the daemon rewrites it can be empty for an instant (the fake tree is
+    a regular file: truncate, then write): that read is not an answer yet, so it is polled again."""
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except ValueError:
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:

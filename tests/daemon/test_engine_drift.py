@@ -1,0 +1,69 @@
+"""The resize engine in the daemon backs off from drift and yields as the pipeline reconciler does: a
+value someone keeps changing back is re-applied in its node-wide passes, then left alone with one
+warning naming the likely owner."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.daemon.drift import DriftTracker
+from agent.daemon.engine_reconciler import EngineReconciler
+from agent.daemon.gate import Gate
+from agent.daemon.ownership import resolve
+from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.fakes.fake_cri import running_fake_cri
+from tests.resize.harness import ResizeNode, ctr, manifest
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[ResizeNode]:
+    with running_fake_cri(tmp_path) as cri:
+        n = ResizeNode(FakeCgroupTree(tmp_path / "tree", "v1"), cri, tmp_path / "state")
+        n.add_pod(manifest("a", [ctr("app", lim={"cpu": "500m", "memory": "128Mi"})]))
+        try:
+            yield n
+        finally:
+            n.close()
+
+
+def test_a_value_reverted_again_and_again_is_reapplied_then_yielded(node: ResizeNode) -> None:
+    now = [1000.0]
+    gate = Gate(resolve({}, None, {}), DriftTracker(max_reverts=2, backoff_s=10.0), systemd=False)
+    rec = EngineReconciler(node.engine(), gate=gate, clock=lambda: now[0])
+    views = node.views()
+    rec.start(views)
+    rec.reconcile_tiers(views, lambda: False)
+    quota = node.pod_path("a", "cpu.cfs_quota_us")
+    assert node.read(quota) == "50000"
+
+    actions = []
+    for _ in range(4):  # someone else writes it back before every resync
+        node.tree.set(quota, "90000")
+        now[0] += 3600.0  # past any backoff
+        assert rec.stale(views) == set()
+        report = rec.reconcile_tiers(views, lambda: False)
+        actions.append([n.action for n in report.drift if n.path == quota])
+        if report.warnings:
+            warning = report.warnings[0]
+    assert actions == [["reapplied"], ["reapplied"], ["yielded"], []]
+    assert node.read(quota) == "90000"  # left to the other writer
+    assert "Likely owner" in warning and quota in warning
+
+
+def test_a_revert_inside_the_backoff_is_held(node: ResizeNode) -> None:
+    now = [1000.0]
+    gate = Gate(resolve({}, None, {}), DriftTracker(max_reverts=3, backoff_s=600.0), systemd=False)
+    rec = EngineReconciler(node.engine(), gate=gate, clock=lambda: now[0])
+    views = node.views()
+    rec.start(views)
+    rec.reconcile_tiers(views, lambda: False)
+    quota = node.pod_path("a", "cpu.cfs_quota_us")
+    node.tree.set(quota, "90000")
+    now[0] += 60.0
+    rec.stale(views)
+    report = rec.reconcile_tiers(views, lambda: False)
+    assert [n.action for n in report.drift] == ["held"]
+    assert node.read(quota) == "90000"
