@@ -120,7 +120,9 @@ def plan_table(plan: Plan, resizes: Sequence[ResizeStatus] = ()) -> str:
         if isinstance(s, CgroupStep):
             cur = "(missing)" if s.current is None else s.current
             what = "write QoS tier" if s.owner is Owner.TIER else "write"
-            note = " (set at usage if the kernel refuses, as the kubelet does)" if s.at_usage_on_refusal else ""
+            note = (
+                " (set at usage if the kernel refuses, as the kubelet does)" if s.at_usage_on_refusal else ""
+            )
             lines.append(f"{i:3}. [{s.resource:<7}] {what} {s.path}: {cur} → {s.setting.value}{note}")
         elif isinstance(s, ContainerStep):
             change = ", ".join(f"{c.desired.field} {c.current} → {c.setting.value}" for c in s.changes)
