@@ -14,6 +14,15 @@ from bench import report
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def _commit() -> str | None:
+    """The code a figure is measured at (git HEAD, marked when agent/ or cgroupfs/ differ from it)."""
+    try:
+        from bench.more import commit
+    except ImportError:
+        return None
+    return commit()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench")
     p.add_argument("--only", nargs="*", help="figures to run (default: all available)")
@@ -29,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{platform.node()} {platform.machine()} {platform.python_implementation()} {platform.python_version()}",
             "command": "make bench" + (f" (python -m bench --only {name})" if args.only else ""),
+            "commit": _commit(),
         }
         (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
     report.write_markdown(RESULTS)

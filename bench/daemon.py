@@ -20,6 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -100,12 +103,31 @@ def _events(raws: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _read_line(stream: IO[str], timeout_s: float) -> dict[str, Any] | None:
-    ready, _, _ = select.select([stream], [], [], timeout_s)
-    if not ready:
-        return None
-    line = stream.readline()
-    return json.loads(line) if line else None
+class Lines:
+    """JSON lines from a pipe, each within a timeout. Reads the file descriptor itself: select() on a
+    buffered text stream misses lines that arrived together with the one before (already in the
+    stream's buffer, no longer in the pipe) and would wait out the timeout."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = b""
+        self.eof = False
+
+    def read(self, timeout_s: float) -> dict[str, Any] | None:
+        """The next line, or None at the timeout or at the end of the stream."""
+        deadline = time.perf_counter() + timeout_s
+        while b"\n" not in self.buf:
+            left = deadline - time.perf_counter()
+            if self.eof or left <= 0:
+                return None
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 1 << 16)
+            self.eof = not chunk
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return json.loads(line) if line.strip() else self.read(max(0.0, deadline - time.perf_counter()))
 
 
 def _cpu_s(proc: psutil.Process) -> float:
@@ -113,33 +135,89 @@ def _cpu_s(proc: psutil.Process) -> float:
     return float(t.user + t.system)
 
 
-def _run_one(kind: str, node: Path, config: dict[str, Any], raws: list[dict[str, Any]]) -> dict[str, Any]:
-    cfg_file = node / f"config-{kind}.json"
-    cfg_file.write_text(json.dumps({**config, "reconciler": kind, "stateDir": str(node / f"state-{kind}")}))
-    log = (node / f"daemon-{kind}.log").open("w")
-    child = subprocess.Popen(
-        [sys.executable, "-m", "bench.daemon_child", str(cfg_file), str(node / "pods.json")],
+@dataclass
+class Child:
+    """A daemon process (`bench.daemon_child`) and the log its stderr goes to."""
+
+    proc: subprocess.Popen[str]
+    log: IO[str]
+    lines: Lines = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lines = Lines(self.stdout.fileno())  # its lines are read from the descriptor only
+
+    def read_line(self, timeout_s: float) -> dict[str, Any] | None:
+        return self.lines.read(timeout_s)
+
+    @property
+    def stdin(self) -> IO[str]:
+        assert self.proc.stdin is not None
+        return self.proc.stdin
+
+    @property
+    def stdout(self) -> IO[str]:
+        assert self.proc.stdout is not None
+        return self.proc.stdout
+
+    def send(self, obj: dict[str, Any]) -> None:
+        self.stdin.write(json.dumps(obj) + "\n")
+        self.stdin.flush()
+
+
+def spawn(kind: str, node: Path, config: dict[str, Any], *extra: str, tag: str = "") -> Child:
+    """Start the daemon with reconciler `kind` on `node` (its own config file, state dir and log)."""
+    name = f"{kind}{tag}"
+    cfg_file = node / f"config-{name}.json"
+    cfg_file.write_text(json.dumps({**config, "reconciler": kind, "stateDir": str(node / f"state-{name}")}))
+    log = (node / f"daemon-{name}.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.daemon_child", str(cfg_file), str(node / "pods.json"), *extra],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
     )
-    assert child.stdin is not None and child.stdout is not None
-    out: dict[str, Any] = {"reconciler": kind, "pid": child.pid}
+    return Child(proc, log)
+
+
+def wait_ready(child: Child, timeout_s: float) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the "ready" line or None when it did not come in time, the last "progress" line)."""
+    deadline = time.perf_counter() + timeout_s
+    ready: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None
+    while ready is None and (left := deadline - time.perf_counter()) > 0:
+        line = child.read_line(left)
+        if line is None:
+            break
+        if "ready" in line:
+            ready = line
+        elif "progress" in line:
+            progress = line
+    return ready, progress
+
+
+def stop_child(child: Child) -> None:
+    """An empty line stops the daemon; killed by its PID (our own child) if it does not exit in 30 s."""
     try:
-        proc = psutil.Process(child.pid)
-        deadline = time.perf_counter() + READY_TIMEOUT_S[kind]
-        ready: dict[str, Any] | None = None
-        progress: dict[str, Any] | None = None
-        while ready is None and (left := deadline - time.perf_counter()) > 0:
-            line = _read_line(child.stdout, left)
-            if line is None:
-                break
-            if "ready" in line:
-                ready = line
-            elif "progress" in line:
-                progress = line
+        child.stdin.write("\n")
+        child.stdin.close()
+    except OSError:
+        pass
+    try:
+        child.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.kill(child.proc.pid, 9)
+        child.proc.wait(timeout=10)
+    child.log.close()
+
+
+def _run_one(kind: str, node: Path, config: dict[str, Any], raws: list[dict[str, Any]]) -> dict[str, Any]:
+    child = spawn(kind, node, config)
+    out: dict[str, Any] = {"reconciler": kind, "pid": child.proc.pid}
+    try:
+        proc = psutil.Process(child.proc.pid)
+        ready, progress = wait_ready(child, READY_TIMEOUT_S[kind])
         out["startup_cpu_s"] = _cpu_s(proc)
         out["rss_at_start_mib"] = proc.memory_info().rss / (1 << 20)
         if ready is None:
@@ -172,11 +250,10 @@ def _run_one(kind: str, node: Path, config: dict[str, Any], raws: list[dict[str,
         tiers_s: list[float] = []
         missed = 0
         for raw in _events(raws):
-            child.stdin.write(json.dumps(raw) + "\n")
-            child.stdin.flush()
+            child.send(raw)
             got: dict[str, float] = {}
             while len(got) < 2:
-                line = _read_line(child.stdout, 30.0)
+                line = child.read_line(30.0)
                 if line is None:
                     missed += 1
                     break
@@ -194,40 +271,48 @@ def _run_one(kind: str, node: Path, config: dict[str, Any], raws: list[dict[str,
         out["rss_after_events_mib"] = proc.memory_info().rss / (1 << 20)
         return out
     finally:
-        try:
-            child.stdin.write("\n")
-            child.stdin.close()
-        except OSError:
-            pass
-        try:
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.kill(child.pid, 9)  # our own child, by its PID
-            child.wait(timeout=10)
-        log.close()
+        stop_child(child)
+
+
+@dataclass
+class FakeNode:
+    """A generated node on disk, its fake CRI runtime serving, and the daemon config for it."""
+
+    dir: Path
+    raws: list[dict[str, Any]]
+    service: FakeRuntimeService
+    config: dict[str, Any]
+
+
+@contextmanager
+def fake_node(qos_reserved: str = "50%") -> Iterator[FakeNode]:
+    """N_PODS generated pods on a converged fake cgroup tree in a temporary directory, the fake CRI server
+    mirroring container updates into it, and the daemon's config (removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="kcg-bench-") as tmp:
+        node = Path(tmp)
+        make_node(node, N_PODS, drift=0.0)
+        raws = json.loads((node / "pods.json").read_text())["items"]
+        service = _fake_runtime(raws, _container_paths(node, raws))
+        with running_fake_cri(node, service) as cri:
+            config = {
+                "cgroupfs": str(node / "cgroupfs"),
+                "pods": str(node / "pods.json"),
+                "allocatable": allocatable_for(parse_pod(r) for r in raws),
+                "qosReserved": {"memory": qos_reserved},
+                "hugepageSizes": ["2Mi", "1Gi"],
+                "criEndpoint": cri.endpoint,
+                "metricsBindAddress": "127.0.0.1:0",
+                "healthBindAddress": "127.0.0.1:0",
+                "logFormat": "json",
+            }
+            yield FakeNode(node, raws, service, config)
 
 
 def run(repeat: int = 7) -> dict[str, Any]:
     out: dict[str, Any] = {"pods": N_PODS, "idle_window_s": IDLE_S, "events": EVENTS, "runs": {}}
     for kind in ("pipeline", "engine"):
         print(f"bench: daemon ({kind}) ...", file=sys.stderr, flush=True)
-        with tempfile.TemporaryDirectory(prefix="kcg-bench-") as tmp:  # a fresh node for each
-            node = Path(tmp)
-            make_node(node, N_PODS, drift=0.0)
-            raws = json.loads((node / "pods.json").read_text())["items"]
-            service = _fake_runtime(raws, _container_paths(node, raws))
-            out["containers"] = len(service.containers)
-            with running_fake_cri(node, service) as cri:
-                config = {
-                    "cgroupfs": str(node / "cgroupfs"),
-                    "pods": str(node / "pods.json"),
-                    "allocatable": allocatable_for(parse_pod(r) for r in raws),
-                    "qosReserved": {"memory": "50%"},
-                    "hugepageSizes": ["2Mi", "1Gi"],
-                    "criEndpoint": cri.endpoint,
-                    "metricsBindAddress": "127.0.0.1:0",
-                    "healthBindAddress": "127.0.0.1:0",
-                    "logFormat": "json",
-                }
-                out["runs"][kind] = _run_one(kind, node, config, raws)
+        with fake_node() as fake:  # a fresh node for each
+            out["containers"] = len(fake.service.containers)
+            out["runs"][kind] = _run_one(kind, fake.dir, fake.config, fake.raws)
     return out

@@ -69,7 +69,7 @@ def write_markdown(results: Path) -> None:
     try:  # the machine first: every figure below comes from it
         from bench import more
 
-        sections += more.machine()
+        sections += more.machine(results)
     except ImportError:
         pass
     path = results / "diff_process.json"
