@@ -11,8 +11,10 @@ It serves what the daemon uses, the way the API server does:
 - POST /api/v1/namespaces/{ns}/events, PATCH .../events/{name} recorded
 
 Test controls: `apply`/`delete` pods (each a new resourceVersion and a watch event), `compact()` (older
-resourceVersions answer 410), `drop_watches()` (close every open stream mid-chunk), `restart()` (stop the
-server and start a new one on the same port, state kept, history compacted as after an etcd restore).
+resourceVersions answer 410), `drop_watches()` (close every open stream mid-chunk: once it returns, those
+streams send nothing more), `open_watches()` (streams a drop would close now), `dropped` (the last
+resourceVersion each dropped stream delivered), `restart()` (stop the server and start a new one on the same
+port, state kept, history compacted as after an etcd restore).
 The cluster state lives in `FakeCluster`, the sockets in `FakeAPIServer`.
 """
 
@@ -46,6 +48,8 @@ class FakeCluster:
     requests: list[Recorded] = field(default_factory=list)
     events: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> event
     generation: int = 0  # bumped by drop_watches: open streams end abruptly
+    streams: int = 0  # open watch streams that the next drop_watches ends
+    dropped: list[str] = field(default_factory=list)  # per dropped stream, the last resourceVersion it sent
     bookmark_interval_s: float = 0.2
     lock: threading.Condition = field(default_factory=threading.Condition)
 
@@ -77,10 +81,16 @@ class FakeCluster:
             self.compacted = self.rv
             self.history.clear()
 
-    def drop_watches(self) -> None:
+    def drop_watches(self) -> int:
+        """End every open watch stream; returns how many. Nothing is sent on them after this returns."""
         with self.lock:
             self.generation += 1
             self.lock.notify_all()
+            return self.streams
+
+    def open_watches(self) -> int:
+        with self.lock:
+            return self.streams
 
     def recorded(self, method: str, fragment: str = "") -> list[Recorded]:
         with self.lock:
@@ -197,29 +207,40 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                     self._chunk({"type": "ERROR", "object": _status(410, "Expired", f"too old resource version: {since} ({cluster.compacted})")})
                     self.wfile.write(b"0\r\n\r\n")
                     return
+                cluster.streams += 1  # from here on, drop_watches ends this stream
             sent = since
+            delivered = q.get("resourceVersion") or ""  # the client's resourceVersion: the last one it was sent
             last_bookmark = time.monotonic()
             try:
                 while time.monotonic() < end and not server_stopping.is_set():
-                    with cluster.lock:
+                    with cluster.lock:  # the generation is checked under the same lock as `pending` is read
                         if cluster.generation != generation:
+                            cluster.dropped.append(delivered)
                             return  # drop the connection mid-stream: no terminating chunk
                         pending = [(rv, k, o) for rv, k, o in cluster.history if rv > sent]
                         if not pending:
                             cluster.lock.wait(timeout=cluster.bookmark_interval_s)
+                            if cluster.generation != generation:  # dropped while waiting
+                                cluster.dropped.append(delivered)
+                                return
                             pending = [(rv, k, o) for rv, k, o in cluster.history if rv > sent]
                         current = cluster.rv
                     for rv, kind, obj in pending:
                         sent = rv
                         if obj["spec"].get("nodeName") == node:
                             self._chunk({"type": kind, "object": obj})
+                            delivered = str(rv)
                     if bookmarks and time.monotonic() - last_bookmark >= cluster.bookmark_interval_s:
                         sent = max(sent, current)
                         self._chunk({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": str(sent)}}})
+                        delivered = str(sent)
                         last_bookmark = time.monotonic()
                 self.wfile.write(b"0\r\n\r\n")
             except (BrokenPipeError, ConnectionResetError):
                 return
+            finally:
+                with cluster.lock:
+                    cluster.streams -= 1
 
         def do_PATCH(self) -> None:
             body = self._body()

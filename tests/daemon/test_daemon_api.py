@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import grpc
 import pytest
 
 from tests.daemon.conftest import CONDITION, Env, api_pod, wait_for
-from tests.daemon.fakeapi import FakeCluster
+from tests.daemon.fakeapi import FakeCluster, Recorded
 from tests.resize.harness import ctr, manifest, signature
 
 BURSTABLE_SHARES = "cpu/kubepods/burstable/cpu.shares"
@@ -25,8 +26,9 @@ def test_a_pod_added_gets_its_pod_cgroup_and_the_tiers_applied(env: Env) -> None
     daemon.ready()
     pod = env.node.pods["web"].pod_dir
     wait_for(lambda: env.node.read(f"cpu/{pod}/cpu.cfs_quota_us") == "50000", "web's pod quota")
-    assert env.node.read(f"cpu/{pod}/cpu.shares") == "256"
-    assert env.node.read(BURSTABLE_SHARES) == "256"
+    # the rest of web's pass may still be under way (the engine writes the tier after the pod's quota)
+    wait_for(lambda: env.node.read(f"cpu/{pod}/cpu.shares") == "256", "web's pod shares")
+    wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "256", "the burstable tier to count web")
 
     env.node.add_pod(_burstable("api", cpu="500m", limit="1"))  # the kubelet creates it
     env.publish("api")
@@ -35,7 +37,8 @@ def test_a_pod_added_gets_its_pod_cgroup_and_the_tiers_applied(env: Env) -> None
     wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "768", "the burstable tier to count api")
     status, body = daemon.get("/metrics")
     assert status == 200 and "kube_cgroup_agent_writes_total" in body
-    assert daemon.logged("reconcile", pod="default/api"), "one summary line per reconcile, with pod context"
+    # the summary line is logged when api's pass ends, after its writes
+    wait_for(lambda: daemon.logged("reconcile", pod="default/api"), "one summary line per reconcile, with pod context")
 
     env.cluster.delete(env.uid("web"))
     wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "512", "the burstable tier to drop web")
@@ -49,6 +52,7 @@ def test_a_resize_is_applied_in_order_and_reported(env: Env, reconciler: str) ->
     daemon = env.daemon(reconciler=reconciler)
     daemon.ready()
     wait_for(lambda: env.node.read(f"cpu/{env.node.pods['g'].pod_dir}/cpu.cfs_quota_us") == "50000", "g applied")
+    wait_for(lambda: daemon.logged("reconcile", pod="default/g"), "g's first pass to end")  # nothing of it left
     env.node.events.clear()
     env.node.resize("g", {"app": {"limits": {"cpu": "1", "memory": "512Mi"}}})
     env.publish("g")
@@ -96,8 +100,10 @@ def test_an_api_server_restart_relists_and_nothing_is_missed(env: Env) -> None:
     env.api.restart(while_down)
 
     wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "1280", "the tier from the relisted pods (b + c)")
-    assert env.node.container_state("b", "app")[0] == 1.0
-    assert env.node.read(f"cpu/{env.node.pods['c'].pod_dir}/cpu.cfs_quota_us") == "200000"
+    # b's resize and c's pod cgroup are passes of their own, independent of the tiers' pass
+    wait_for(lambda: env.node.container_state("b", "app")[0] == 1.0, "b's container resized after the relist")
+    c_quota = f"cpu/{env.node.pods['c'].pod_dir}/cpu.cfs_quota_us"
+    wait_for(lambda: env.node.read(c_quota) == "200000", "c's pod cgroup after the relist")
     lists = [r for r in env.cluster.recorded("GET", "/api/v1/pods?") if "watch=" not in r.path]
     assert len(lists) > lists_before, "a 410 after the restart must relist"
     _, metrics = daemon.get("/metrics")
@@ -110,15 +116,25 @@ def test_a_dropped_watch_resumes_from_its_resource_version_without_relisting(env
     env.publish("a")
     daemon = env.daemon()
     daemon.ready()
-    lists = lambda: [r for r in env.cluster.recorded("GET", "/api/v1/pods?") if "watch=" not in r.path]  # noqa: E731
-    before = len(lists())
-    env.cluster.drop_watches()
-    env.node.add_pod(_burstable("b"))
+    # /readyz answers once the list is delivered and the tiers are done, which can be before the daemon's
+    # source thread opens its watch: a drop then would drop nothing, and b would come through that watch
+    wait_for(lambda: env.cluster.open_watches() == 1, "the daemon's watch to be open")
+
+    def lists() -> list[Recorded]:
+        return [r for r in env.cluster.recorded("GET", "/api/v1/pods?") if "watch=" not in r.path]
+
+    def watches() -> list[Recorded]:
+        return [r for r in env.cluster.recorded("GET", "/api/v1/pods?") if "watch=" in r.path]
+
+    before, opened = len(lists()), len(watches())
+    assert env.cluster.drop_watches() == 1
+    env.node.add_pod(_burstable("b"))  # after the drop: only a new watch can deliver b
     env.publish("b")
     wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "512", "b through the resumed watch")
-    watches = [r for r in env.cluster.recorded("GET", "/api/v1/pods?") if "watch=" in r.path]
-    assert len(lists()) == before
-    assert len(watches) >= 2 and all("allowWatchBookmarks=true" in r.path for r in watches)
+    assert len(lists()) == before, "a dropped watch is resumed, not relisted"
+    assert len(watches()) > opened and all("allowWatchBookmarks=true" in r.path for r in watches())
+    resumed = parse_qs(urlsplit(watches()[opened].path).query)
+    assert resumed["resourceVersion"] == env.cluster.dropped, "resumed from the last resourceVersion it was sent"
     assert daemon.terminate() == 0
 
 
@@ -131,6 +147,7 @@ def test_sigterm_mid_resize_stops_cleanly_and_the_next_start_completes_it(env: E
     daemon.ready()
     pod_dir = env.node.pods["g"].pod_dir
     wait_for(lambda: env.node.read(f"cpu/{pod_dir}/cpu.cfs_quota_us") == "100000", "g applied")
+    wait_for(lambda: daemon.logged("reconcile", pod="default/g"), "g's first pass to end")  # before the hook
 
     service = env.cri.service
     original = service.on_update
@@ -189,6 +206,7 @@ def test_observe_only_reports_drift_and_writes_nothing(env: Env) -> None:
     daemon = env.daemon(observeOnly=True)
     daemon.ready()
     wait_for(lambda: daemon.logged("drift.observed", path=BURSTABLE_SHARES), "the drift report")
+    wait_for(lambda: daemon.logged("reconcile", pod="default/web"), "web's pass to end")  # or nothing is proven
     assert env.node.read(BURSTABLE_SHARES) == before
     assert env.node.read(f"cpu/{env.node.pods['web'].pod_dir}/cpu.cfs_quota_us") == "-1"
     assert daemon.terminate() == 0
