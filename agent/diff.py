@@ -163,6 +163,8 @@ def paths_to_read(files: Iterable[DesiredFile]) -> tuple[tuple[str, ...], tuple[
 
 
 def _same(filename: str, current: str, desired: str) -> bool:
+    if current == desired:  # the common case of a converged node, without parsing
+        return True
     try:
         return layout.canonical(filename, current) == layout.canonical(filename, desired)
     except ValueError:

@@ -43,7 +43,7 @@ from agent.daemon.reconciler import (
     compute_or_note,
     event_for,
 )
-from agent.diff import NodeDiff, desired_files, diff, not_yet_created
+from agent.diff import DesiredFile, NodeDiff, desired_files, diff, not_yet_created
 from agent.diff import Owner as FileOwner
 from agent.execute import CgroupStepRunner, ContainerUpdater, Shortfall, execute, file_runner
 from agent.model import PodUID, PodView
@@ -81,7 +81,8 @@ class _PodRecord:
     invalid: str | None = None  # the last compute error reported
     # the view and values of the last pass that left the pod converged (a resync compares the files)
     view: PodView | None = None
-    comp: PodComputation | None = None
+    wanted: tuple[DesiredFile, ...] = ()  # its pod and container files, as that pass computed them
+    passed: tuple[DesiredFile, ...] = ()  # those of the pass now running
 
 
 @dataclass(slots=True)
@@ -206,17 +207,17 @@ class PipelineReconciler:
         if report.outcome in (Outcome.APPLIED, Outcome.CONVERGED):
             self._account(pod, part, settled=True)
             with self._lock:
-                rec.view, rec.comp = pod, comp
+                rec.view, rec.wanted = pod, rec.passed
         else:
             with self._lock:
-                rec.view = rec.comp = None
+                rec.view, rec.wanted = None, ()
         return report
 
     def stale(self, pods: Sequence[PodView]) -> set[str]:
         """One read of the node's pod and container files instead of a pass per pod: only pods changed
         or unsettled since their last pass, or whose files differ now (drift), get a pass."""
         out: set[str] = set()
-        comps: list[PodComputation] = []
+        wanted: list[DesiredFile] = []
         with self._lock:
             for pod in pods:
                 if pod.phase in TERMINAL_PHASES:
@@ -225,19 +226,15 @@ class PipelineReconciler:
                 if (
                     rec is None
                     or rec.view is not pod
-                    or rec.comp is None
+                    or not rec.wanted
                     or (rec.status is not None and rec.status.state in ACTIVE)
                 ):
                     out.add(pod.uid)
                 else:
-                    comps.append(rec.comp)
-        if comps:
-            env = self.env
-            node = NodeComputation(tuple(comps), (), (), ())
-            wanted = desired_files(
-                node, env.hierarchy, env.render_options, env.container_render_options, True
-            )
-            for f in diff(node, wanted, pipeline.observe(env, wanted)).files:
+                    wanted.extend(rec.wanted)
+        if wanted:
+            empty = NodeComputation((), (), (), ())
+            for f in diff(empty, wanted, pipeline.observe(self.env, tuple(wanted))).files:
                 if (f.differs or not f.dir_exists) and f.desired.pod_uid is not None:
                     out.add(f.desired.pod_uid)
         return out
@@ -253,6 +250,7 @@ class PipelineReconciler:
         node = NodeComputation((comp,), compute_tiers_from_sums(sums, self.cfg), (), ())
         env = self.env
         wanted = desired_files(node, env.hierarchy, env.render_options, env.container_render_options, True)
+        rec.passed = tuple(f for f in wanted if f.owner is not FileOwner.TIER)
         full_diff = diff(node, wanted, pipeline.observe(env, wanted))
         # tiers not created yet are the tiers item's business (it reports them)
         present = tuple(f for f in full_diff.files if f.desired.owner is not FileOwner.TIER or f.dir_exists)
