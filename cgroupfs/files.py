@@ -43,7 +43,11 @@ _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _WRITE_FLAGS: Final = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC  # never O_CREAT
 
 _QUOTA_FILES: Final = frozenset({CPU_QUOTA, CPU_PERIOD, CPU_MAX})
-_USAGE_OF: Final = {MEMORY_LIMIT: MEMORY_USAGE_V1, MEMORY_MEMSW: MEMORY_MEMSW_USAGE, MEMORY_MAX: MEMORY_CURRENT}
+_USAGE_OF: Final = {
+    MEMORY_LIMIT: MEMORY_USAGE_V1,
+    MEMORY_MEMSW: MEMORY_MEMSW_USAGE,
+    MEMORY_MAX: MEMORY_CURRENT,
+}
 _PERMISSION: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
@@ -113,8 +117,9 @@ def split_relpath(relpath: str, op: str = "use") -> tuple[str, ...]:
         raise CgroupPathRefused(op, relpath, "absolute path; paths are relative to --cgroupfs")
     if "\0" in relpath or "\n" in relpath:
         raise CgroupPathRefused(op, relpath, "path holds a NUL or newline")
+    ascii_only = relpath.isascii()  # then a character is a byte: no encoding needed to measure
     try:
-        size = len(os.fsencode(relpath))
+        size = len(relpath) if ascii_only else len(os.fsencode(relpath))
     except UnicodeError:
         raise CgroupPathRefused(op, relpath, "path is not encodable as a file name") from None
     if size > MAX_PATH_BYTES:
@@ -123,7 +128,7 @@ def split_relpath(relpath: str, op: str = "use") -> tuple[str, ...]:
     for part in parts:
         if part in ("", ".", ".."):
             raise CgroupPathRefused(op, relpath, f"path component {part!r} is not a plain name")
-        if len(os.fsencode(part)) > MAX_COMPONENT_BYTES:
+        if (len(part) if ascii_only else len(os.fsencode(part))) > MAX_COMPONENT_BYTES:
             raise CgroupPathRefused(op, relpath, f"path component longer than {MAX_COMPONENT_BYTES} bytes")
     return parts
 
@@ -140,10 +145,16 @@ def _oserror(op: str, relpath: str, err: OSError, value: str | None = None) -> C
         return CgroupNotFound(op, relpath, f"does not exist ({detail})", value, code)
     if code in _PERMISSION:
         return CgroupPermissionError(
-            op, relpath, f"not permitted ({detail}); the agent needs root and a read-write cgroup mount", value, code
+            op,
+            relpath,
+            f"not permitted ({detail}); the agent needs root and a read-write cgroup mount",
+            value,
+            code,
         )
     if code == errno.ELOOP:
-        return CgroupPathRefused(op, relpath, f"is a symlink, which is never followed ({detail})", value, code)
+        return CgroupPathRefused(
+            op, relpath, f"is a symlink, which is never followed ({detail})", value, code
+        )
     if op == "read":
         return CgroupError(op, relpath, detail, value, code)
     return CgroupWriteError(op, relpath, detail, value, code)
@@ -233,21 +244,50 @@ class _Walker:
             by_dir.setdefault(parts[:-1], []).append((relpath, parts[-1]))
         files: dict[str, str | None] = {}
         dirs: dict[str, bool] = {}
-        for dparts, members in by_dir.items():
-            reldir = "/".join(dparts)
-            try:
-                dfd = self._open_dir("read", reldir, dparts)
-            except CgroupNotFound:
-                dirs[reldir] = False
-                files.update((rel, None) for rel, _ in members)
-                continue
-            dirs[reldir] = True
-            try:
+        # Directories in sorted order share their leading components: keep the open path (a stack of
+        # fds, root first) and open only the components below the part already open, each relative to
+        # its parent with the same flags as `_open_dir` (no symlink followed).
+        stack: list[tuple[tuple[str, ...], int]] = []
+        try:
+            for dparts in sorted(by_dir):
+                members = by_dir[dparts]
+                reldir = "/".join(dparts)
+                while stack and dparts[: len(stack[-1][0])] != stack[-1][0]:
+                    os.close(stack.pop()[1])
+                dfd = self._open_below(stack, dparts)
+                if dfd is None:  # a component failed: the one-by-one walk names it (or it now exists)
+                    try:
+                        dfd = self._open_dir("read", reldir, dparts)
+                    except CgroupNotFound:
+                        dirs[reldir] = False
+                        files.update((rel, None) for rel, _ in members)
+                        continue
+                    stack.append((dparts, dfd))
+                dirs[reldir] = True
                 for rel, name in members:
                     files[rel] = self._read_at(dfd, name, rel)
-            finally:
-                os.close(dfd)
+        finally:
+            for _, fd in stack:
+                os.close(fd)
         return files, dirs
+
+    def _open_below(self, stack: list[tuple[tuple[str, ...], int]], dparts: tuple[str, ...]) -> int | None:
+        """Extend the open path `stack` down to `dparts`; the fd of `dparts`, or None if a component
+        could not be opened (the stack then holds what did open)."""
+        if not stack:
+            try:
+                root = os.open(self.cgroupfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                return None
+            stack.append(((), root))
+        prefix, fd = stack[-1]
+        for i in range(len(prefix), len(dparts)):
+            try:
+                fd = os.open(dparts[i], _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                return None
+            stack.append((dparts[: i + 1], fd))
+        return fd
 
     def _exists(self, relpath: str, parts: tuple[str, ...]) -> bool:
         try:
@@ -401,7 +441,11 @@ class CgroupFiles(_Walker):
         name, code = parts[-1], err.errno
         if code == errno.ENOENT:
             return CgroupNotFound(
-                "write", relpath, "no such file in this cgroup (the kernel does not offer it here)", value, code
+                "write",
+                relpath,
+                "no such file in this cgroup (the kernel does not offer it here)",
+                value,
+                code,
             )
         if code == errno.EBUSY and name in _USAGE_OF:
             usage = self._sibling_int(parts, _USAGE_OF[name])
@@ -433,5 +477,7 @@ class CgroupFiles(_Walker):
                     if name == MEMORY_LIMIT
                     else "memory+swap must stay >= memory; lower memory.limit_in_bytes first"
                 )
-                return MemswOrderRefused("write", relpath, f"EINVAL: {rule} (now {other} = {bound})", value, code)
+                return MemswOrderRefused(
+                    "write", relpath, f"EINVAL: {rule} (now {other} = {bound})", value, code
+                )
         return _oserror("write", relpath, err, value)

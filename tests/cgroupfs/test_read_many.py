@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,9 @@ from cgroupfs.types import CgroupName
 from tests.fakes.cgroup_tree import FakeCgroupTree
 
 
-def test_read_many_matches_read_and_reports_directories(fake_cgroup_tree: Callable[..., FakeCgroupTree]) -> None:
+def test_read_many_matches_read_and_reports_directories(
+    fake_cgroup_tree: Callable[..., FakeCgroupTree],
+) -> None:
     tree = fake_cgroup_tree("v1")
     tree.create(CgroupName(("kubepods", "burstable")))
     tree.set("cpu/kubepods/burstable/cpu.shares", "512")
@@ -27,13 +30,55 @@ def test_read_many_matches_read_and_reports_directories(fake_cgroup_tree: Callab
     assert texts == {p: files.read(p) for p in paths}
     assert texts["cpu/kubepods/burstable/cpu.shares"] == "512\n"
     assert texts["cpu/kubepods/burstable/no.such.file"] is None
-    assert dirs == {"cpu/kubepods/burstable": True, "cpu/kubepods/burstable/pod1": False, "memory/kubepods": True}
+    assert dirs == {
+        "cpu/kubepods/burstable": True,
+        "cpu/kubepods/burstable/pod1": False,
+        "memory/kubepods": True,
+    }
 
 
-def test_read_many_refuses_paths_outside_the_owned_roots(fake_cgroup_tree: Callable[..., FakeCgroupTree]) -> None:
+def test_read_many_refuses_paths_outside_the_owned_roots(
+    fake_cgroup_tree: Callable[..., FakeCgroupTree],
+) -> None:
     tree = fake_cgroup_tree("v1")
     files = CgroupFiles(tree.root, ("cpu/kubepods",))
     with pytest.raises(CgroupPathRefused):
         files.read_many(["cpu/kubepods/cpu.shares", "cpu/../memory/memory.limit_in_bytes"])
     with pytest.raises(CgroupPathRefused):
         files.read_many(["memory/memory.limit_in_bytes"])
+
+
+def test_read_many_over_a_deep_tree_keeps_the_answers_of_read_and_never_follows_a_symlink(
+    fake_cgroup_tree: Callable[..., FakeCgroupTree], tmp_path: Path
+) -> None:
+    """Directories share their open leading components: siblings, a missing cgroup between two present
+    ones, a file where a directory should be, and a symlinked directory deep in a shared prefix."""
+    tree = fake_cgroup_tree("v1")
+    for name in ("a", "b", "c"):
+        tree.create(CgroupName(("kubepods", "burstable", f"pod{name}")))
+        tree.set(f"cpu/kubepods/burstable/pod{name}/cpu.shares", f"{ord(name)}")
+    (tree.path("cpu/kubepods/burstable") / "podfile").write_text("not a cgroup\n")
+    files = CgroupFiles(tree.root, ("cpu/kubepods", "memory/kubepods"))
+    paths = [
+        "cpu/kubepods/burstable/podc/cpu.shares",
+        "cpu/kubepods/burstable/podfile/cpu.shares",
+        "cpu/kubepods/burstable/pod-missing/cpu.shares",
+        "cpu/kubepods/burstable/pocket/cpu.shares",
+        "cpu/kubepods/burstable/poda/cpu.shares",
+        "memory/kubepods/burstable/poda/memory.limit_in_bytes",
+        "cpu/kubepods/burstable/podb/cpu.shares",
+        "cpu/kubepods/cpu.shares",
+    ]
+    texts, dirs = files.read_many(paths)
+    assert texts == {p: files.read(p) for p in paths}
+    assert [texts[f"cpu/kubepods/burstable/pod{n}/cpu.shares"] for n in "abc"] == ["97\n", "98\n", "99\n"]
+    assert dirs["cpu/kubepods/burstable/pod-missing"] is False
+    assert dirs["cpu/kubepods/burstable/podfile"] is False
+    assert dirs["cpu/kubepods/burstable/podb"] is True and dirs["cpu/kubepods"] is True
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "cpu.shares").write_text("1024\n")
+    (tree.path("cpu/kubepods/burstable") / "podz").symlink_to(outside)
+    with pytest.raises(CgroupPathRefused, match="symlink"):
+        files.read_many(["cpu/kubepods/burstable/poda/cpu.shares", "cpu/kubepods/burstable/podz/cpu.shares"])
