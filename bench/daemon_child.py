@@ -335,6 +335,8 @@ def main(argv: list[str]) -> int:
         quiet = quiet + 1 if idle else 0
         if quiet == 5:  # half a second with nothing queued after the tiers were done once
             emit(ready=time.perf_counter() - t0 - 0.5, passes=timed.passes)
+            daemon.stop.wait()  # measured from here on: the daemon alone, not this loop's polling
+            break
         elif quiet < 5 and ticks % 50 == 0:  # still on the first pass: how far it got
             emit(progress=timed.passes, at=time.perf_counter() - t0)
     daemon.shutdown()
