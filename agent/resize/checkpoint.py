@@ -61,7 +61,8 @@ class Encoder:
     work; here it is O(changed) plus joining strings and one SHA-256. Byte-identical to `encode`."""
 
     def __init__(self) -> None:
-        self._parts: dict[str, tuple[PodRecord, str, str]] = {}  # uid -> (record, canonical, pretty)
+        # uid -> (record, its canonical `"uid":{...}` member, its indented `"uid": {...}` member)
+        self._parts: dict[str, tuple[PodRecord, str, str]] = {}
 
     def encode(self, records: Iterable[PodRecord]) -> bytes:
         parts: dict[str, tuple[PodRecord, str, str]] = {}
@@ -69,18 +70,19 @@ class Encoder:
             hit = self._parts.get(r.uid)
             if hit is None or hit[0] is not r:
                 body = _record_json(r)
+                key = json.dumps(r.uid)
                 pretty = json.dumps(body, indent=1, sort_keys=True).replace("\n", "\n   ")
-                hit = (r, json.dumps(body, sort_keys=True, separators=(",", ":")), pretty)
+                hit = (
+                    r,
+                    f"{key}:{json.dumps(body, sort_keys=True, separators=(',', ':'))}",
+                    f"{key}: {pretty}",
+                )
             parts[r.uid] = hit
         self._parts = parts
         uids = sorted(parts)
-        canonical = '{"pods":{' + ",".join(f"{json.dumps(u)}:{parts[u][1]}" for u in uids) + "}}"
+        canonical = '{"pods":{' + ",".join([parts[u][1] for u in uids]) + "}}"
         digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
-        pods = (
-            "{\n   " + ",\n   ".join(f"{json.dumps(u)}: {parts[u][2]}" for u in uids) + "\n  }"
-            if uids
-            else "{}"
-        )
+        pods = "{\n   " + ",\n   ".join([parts[u][2] for u in uids]) + "\n  }" if uids else "{}"
         return (
             f'{{\n "checksum": {json.dumps(digest)},\n "data": {{\n  "pods": {pods}\n }},\n'
             f' "kind": {json.dumps(KIND)},\n "version": {json.dumps(VERSION)}\n}}\n'

@@ -378,9 +378,12 @@ class ResizeEngine:
         skip = set(handled)
         frozen: set[tuple[str, str]] = set()
         for rec in self._state.records.values():
+            if rec.state is None and not rec.restarted:
+                continue  # never resized: neither backing off nor waiting for a restart (most pods)
             if sm.backing_off(rec, now):
                 skip.add(rec.pod)
-            frozen |= {(rec.pod, c) for c in self._waiting_restarts(rec)}
+            if rec.restarted:
+                frozen |= {(rec.pod, c) for c in self._waiting_restarts(rec)}
         node = restrict(snap.node, None, exclude=skip, frozen_containers=frozen)
         if self._actuating():
             node = without_tier_memory_growth(node)
