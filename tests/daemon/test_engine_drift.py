@@ -13,6 +13,7 @@ from agent.daemon.drift import DriftTracker
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.daemon.gate import Gate
 from agent.daemon.ownership import resolve
+from agent.model import PodView
 from tests.fakes.cgroup_tree import FakeCgroupTree
 from tests.fakes.fake_cri import running_fake_cri
 from tests.resize.harness import ResizeNode, ctr, manifest
@@ -29,14 +30,21 @@ def node(tmp_path: Path) -> Iterator[ResizeNode]:
             n.close()
 
 
-def test_a_value_reverted_again_and_again_is_reapplied_then_yielded(node: ResizeNode) -> None:
-    now = [1000.0]
-    gate = Gate(resolve({}, None, {}), DriftTracker(max_reverts=2, backoff_s=10.0), systemd=False)
+def _converged(
+    node: ResizeNode, now: list[float], max_reverts: int, backoff_s: float
+) -> tuple[EngineReconciler, list[PodView], str]:
+    """The engine in the daemon with a drift gate on a fake clock, after its first node-wide pass."""
+    gate = Gate(resolve({}, None, {}), DriftTracker(max_reverts, backoff_s), systemd=False)
     rec = EngineReconciler(node.engine(), gate=gate, clock=lambda: now[0])
     views = node.views()
     rec.start(views)
     rec.reconcile_tiers(views, lambda: False)
-    quota = node.pod_path("a", "cpu.cfs_quota_us")
+    return rec, views, node.pod_path("a", "cpu.cfs_quota_us")
+
+
+def test_a_value_reverted_again_and_again_is_reapplied_then_yielded(node: ResizeNode) -> None:
+    now = [1000.0]
+    rec, views, quota = _converged(node, now, max_reverts=2, backoff_s=10.0)
     assert node.read(quota) == "50000"
 
     actions = []
@@ -55,12 +63,7 @@ def test_a_value_reverted_again_and_again_is_reapplied_then_yielded(node: Resize
 
 def test_a_revert_inside_the_backoff_is_held(node: ResizeNode) -> None:
     now = [1000.0]
-    gate = Gate(resolve({}, None, {}), DriftTracker(max_reverts=3, backoff_s=600.0), systemd=False)
-    rec = EngineReconciler(node.engine(), gate=gate, clock=lambda: now[0])
-    views = node.views()
-    rec.start(views)
-    rec.reconcile_tiers(views, lambda: False)
-    quota = node.pod_path("a", "cpu.cfs_quota_us")
+    rec, views, quota = _converged(node, now, max_reverts=3, backoff_s=600.0)
     node.tree.set(quota, "90000")
     now[0] += 60.0
     rec.stale(views)
