@@ -21,7 +21,7 @@ from cgroupfs.files import CgroupFiles
 from cgroupfs.hugepages import node_hugepage_sizes
 from cgroupfs.layout import Hierarchy, RenderOptions, cgroup_directory
 from cgroupfs.mounts import detect_hierarchy
-from cgroupfs.types import Controller
+from cgroupfs.types import CgroupName, Controller
 
 
 class PipelineError(RuntimeError):
@@ -42,6 +42,14 @@ class Environment:
     @property
     def container_render_options(self) -> RenderOptions:
         return RenderOptions(self.settings.cgroup_driver, self.settings.container_cpu_weight_formula.value)
+
+    def cgroup_dir(self, name: CgroupName) -> str | None:
+        """Where the cgroup `name` is, in the first of the memory and CPU hierarchies this node has."""
+        for controller in (Controller.MEMORY, Controller.CPU):
+            directory = cgroup_directory(name, controller, self.hierarchy, self.render_options.driver)
+            if directory is not None:
+                return directory
+        return None
 
 
 def owned_roots(settings: Settings, hierarchy: Hierarchy) -> tuple[str, ...]:

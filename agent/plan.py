@@ -144,7 +144,7 @@ class Plan:
     refused: str | None = None  # the invariant violation that made build_plan refuse the plan
 
 
-_MEMORY_LIMITS = frozenset({layout.MEMORY_LIMIT, layout.MEMORY_MAX})
+MEMORY_LIMIT_FILES = frozenset({layout.MEMORY_LIMIT, layout.MEMORY_MAX})
 _RESERVE_RANK = {TierKind.BEST_EFFORT: 0, TierKind.BURSTABLE: 1}  # lowest tier first
 
 
@@ -167,7 +167,7 @@ def without_tier_memory_growth(node: NodeDiff) -> NodeDiff:
             f.differs
             and f.desired.owner is Owner.TIER
             and str(f.setting.cgroup) in reserve
-            and f.setting.filename in _MEMORY_LIMITS
+            and f.setting.filename in MEMORY_LIMIT_FILES
             and _memory_limit_of({f.setting.filename: f.setting.value})
             > _memory_limit_of({f.setting.filename: f.current})
         ):
@@ -334,9 +334,13 @@ def _usage(g: _Group, extra: Mapping[str, str | None]) -> float | None:
 
 def usage_paths(node: NodeDiff) -> tuple[str, ...]:
     """Extra files `plan` reads: memory usage and v1 memory+swap of every cgroup whose memory changes."""
+    return usage_paths_of(f.setting for f in node.changes)
+
+
+def usage_paths_of(settings: Iterable[FileSetting]) -> tuple[str, ...]:
+    """Memory usage and v1 memory+swap of the cgroups these memory files are in."""
     out: dict[str, None] = {}
-    for f in node.changes:
-        s = f.setting
+    for s in settings:
         if s.controller is Controller.MEMORY:
             if s.version is CgroupVersion.V1:
                 out[f"{s.directory}/{layout.MEMORY_USAGE_V1}"] = None
@@ -475,7 +479,7 @@ def build_plan(
                 (g for g in tiers if g.direction("memory") < 0), key=lambda g: reserve[str(g.cgroup)]
             ):
                 first.extend(
-                    replace(w, at_usage_on_refusal=w.setting.filename in _MEMORY_LIMITS)
+                    replace(w, at_usage_on_refusal=w.setting.filename in MEMORY_LIMIT_FILES)
                     for w in _ordered_cgroup_writes(g, resource, extra)
                 )
             for g in sorted(

@@ -14,13 +14,12 @@ from agent.daemon.reconciler import DriftNote
 from agent.diff import FileDiff, NodeDiff
 from agent.diff import Owner as FileOwner
 from agent.model import TierKind
-from agent.plan import CgroupStep, ContainerStep, Step
+from agent.plan import MEMORY_LIMIT_FILES, CgroupStep, ContainerStep, Step
 from cgroupfs import layout
 
 _LIMIT_FILES = frozenset(
     {layout.CPU_QUOTA, layout.CPU_PERIOD, layout.CPU_MAX, layout.MEMORY_LIMIT, layout.MEMORY_MAX}
 )
-_MEMORY_LIMITS = frozenset({layout.MEMORY_LIMIT, layout.MEMORY_MAX})
 
 
 def thing_of(f: FileDiff, pod_level_limits: bool) -> Thing:
@@ -28,7 +27,7 @@ def thing_of(f: FileDiff, pod_level_limits: bool) -> Thing:
     owner, name = f.desired.owner, f.setting.filename
     if owner is FileOwner.TIER:
         is_node = f.setting.cgroup.parts[-1:] == (TierKind.NODE.value,)
-        return Thing.QOS_RESERVED_MEMORY if name in _MEMORY_LIMITS and not is_node else Thing.QOS_TIERS
+        return Thing.QOS_RESERVED_MEMORY if name in MEMORY_LIMIT_FILES and not is_node else Thing.QOS_TIERS
     if owner is FileOwner.CONTAINER:
         return Thing.CONTAINER_RESIZES
     return Thing.POD_LEVEL_LIMITS if pod_level_limits and name in _LIMIT_FILES else Thing.POD_CGROUPS

@@ -51,17 +51,13 @@ from agent.plan import CgroupStep, ContainerStep, Plan, build_plan, usage_paths
 from agent.queue import Backoff
 from agent.settings import Settings
 from cgroupfs import layout
-from cgroupfs.types import Controller, DriverKind
+from cgroupfs.types import DriverKind
 
 RunnerFactory = Callable[[NodeComputation], CgroupStepRunner]
 """How a pass's cgroup steps reach the kernel: plain file writes, or (systemd driver) unit properties
 first, which need the pass's desired values."""
 
 ACTIVE = frozenset({ResizeState.PROPOSED, ResizeState.IN_PROGRESS, ResizeState.DEFERRED, ResizeState.ERROR})
-_LIMIT_FILES = frozenset(
-    {layout.CPU_QUOTA, layout.CPU_PERIOD, layout.CPU_MAX, layout.MEMORY_LIMIT, layout.MEMORY_MAX}
-)
-_MEMORY_LIMITS = frozenset({layout.MEMORY_LIMIT, layout.MEMORY_MAX})
 _USAGE_FILES = frozenset({layout.MEMORY_USAGE_V1, layout.MEMORY_CURRENT})
 _LINGER_S = 2.0
 _BENIGN = frozenset({"CgroupNotFound", "ContainerNotFound"})
@@ -119,7 +115,6 @@ class PipelineReconciler:
         self._pods: dict[str, _PodRecord] = {}
         self._sums = RunningTierSums()  # per-pod tier contributions, keyed by the PodView they came from
         self._tier_lock = threading.Lock()  # held by a pass from computing the tiers to its last step
-        self.shortfalls: dict[str, Shortfall] = {}  # tier memory limits set at usage, until lowered
         self.lingering = 0  # terminal pods still counted in the tiers (their cgroup is not gone yet)
         self.load_warning = self._restore()
 
@@ -194,7 +189,7 @@ class PipelineReconciler:
         with self._lock:
             rec = self._pods.setdefault(pod.uid, _PodRecord(pod.key))
         comp = compute_or_note(pod, self.cfg)
-        part = self._share(pod, comp)
+        part = self._share(comp)
         self._account(pod, part, settled=False)  # protective until the pod's values are in place
         if isinstance(comp, tuple):
             reason, message = comp
@@ -400,7 +395,8 @@ class PipelineReconciler:
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _share(self, pod: PodView, comp: PodComputation | tuple[str, str]) -> TierSums:
+    @staticmethod
+    def _share(comp: PodComputation | tuple[str, str]) -> TierSums:
         """The pod's share of the tier sums (none when it cannot be computed)."""
         return NO_SUMS if isinstance(comp, tuple) else tier_contribution(comp)
 
@@ -429,22 +425,15 @@ class PipelineReconciler:
                     self.lingering += 1
                 listed.append(pod.uid)
                 if sums.token(pod.uid) is not pod and pod.phase not in TERMINAL_PHASES:
-                    self._account(pod, self._share(pod, compute_or_note(pod, self.cfg)), settled=False)
+                    self._account(pod, self._share(compute_or_note(pod, self.cfg)), settled=False)
             if len(sums) > len(listed):
                 sums.keep_only(listed)
             return sums.total
 
     def _cgroup_exists(self, pod: PodView) -> bool:
         comp = compute_or_note(pod, self.cfg)
-        if isinstance(comp, tuple):
-            return False
-        for controller in (Controller.MEMORY, Controller.CPU):
-            directory = layout.cgroup_directory(
-                comp.cgroup, controller, self.env.hierarchy, self.env.render_options.driver
-            )
-            if directory is not None:
-                return self.env.files.exists(directory)
-        return False
+        directory = None if isinstance(comp, tuple) else self.env.cgroup_dir(comp.cgroup)
+        return directory is not None and self.env.files.exists(directory)
 
     def _transition(
         self, rec: _PodRecord, uid: PodUID, report: Report, state: ResizeState, reason: str, message: str
@@ -500,12 +489,6 @@ class PipelineReconciler:
             pairs = [(p, clamped.get(p, value)) for p, value in written(step)]
             run.shortfalls += tuple(done.shortfalls)
             self.gate.wrote(pairs, self.clock())
-            with self._lock:
-                for p, _ in pairs:
-                    if p not in clamped:
-                        self.shortfalls.pop(p, None)
-                for sf in done.shortfalls:
-                    self.shortfalls[sf.path] = sf
             changed.extend(p for p, _ in pairs)
         run.changed = tuple(changed)
         return run

@@ -53,7 +53,15 @@ from agent.execute import (
 )
 from agent.model import UNLIMITED, ContainerValues, PodUID, PodView, Problem
 from agent.pipeline import Environment
-from agent.plan import CgroupStep, ContainerStep, Plan, RestartStep, build_plan, without_tier_memory_growth
+from agent.plan import (
+    CgroupStep,
+    ContainerStep,
+    Plan,
+    RestartStep,
+    build_plan,
+    usage_paths_of,
+    without_tier_memory_growth,
+)
 from agent.resize import state as sm
 from agent.resize.admission import NodeCapacity
 from agent.resize.allocation import rebuild_allocation, with_allocation
@@ -63,7 +71,6 @@ from agent.resize.types import PodAllocation, ResizeState, ResizeStatus
 from agent.settings import Settings
 from cgroupfs import layout
 from cgroupfs.convert import parse_cpu_max
-from cgroupfs.types import CgroupVersion, Controller
 
 
 class Reader(Protocol):
@@ -463,15 +470,7 @@ class ResizeEngine:
             comp, self.env.hierarchy, self.env.render_options, self.env.container_render_options, True
         )
         paths, _ = paths_to_read(wanted)
-        extra_paths: dict[str, None] = {}
-        for f in wanted:
-            s = f.setting
-            if s.controller is Controller.MEMORY:
-                if s.version is CgroupVersion.V1:
-                    extra_paths[f"{s.directory}/{layout.MEMORY_USAGE_V1}"] = None
-                    extra_paths[f"{s.directory}/{layout.MEMORY_MEMSW}"] = None
-                else:
-                    extra_paths[f"{s.directory}/{layout.MEMORY_CURRENT}"] = None
+        extra_paths = usage_paths_of(f.setting for f in wanted)
         path_set = set(paths)
         texts, dirs = reader.read_many([*paths, *(p for p in extra_paths if p not in path_set)])
         observed = Observation({p: texts[p] for p in paths}, dirs)
@@ -574,16 +573,10 @@ class ResizeEngine:
 
     def _present(self, reader: Reader, pod: PodView) -> bool:
         try:
-            name = compute_pod(pod, self._cfg).cgroup
+            directory = self.env.cgroup_dir(compute_pod(pod, self._cfg).cgroup)
         except PodComputeError:
             return False
-        for controller in (Controller.MEMORY, Controller.CPU):
-            directory = layout.cgroup_directory(
-                name, controller, self.env.hierarchy, self.env.render_options.driver
-            )
-            if directory is not None:
-                return reader.exists(directory)
-        return False
+        return directory is not None and reader.exists(directory)
 
     def _actuating(self) -> bool:
         """An admitted allocation of a pod still on the node is not in its cgroups yet."""

@@ -143,6 +143,6 @@ def test_the_pipeline_reconcilers_running_totals_follow_any_event_sequence(
         assert all(getattr(got, f) >= getattr(exact, f) for f in TierSums.__slots__)
     # once every pod's values are in place (a settled pass), the totals are exact again
     for p in pods:
-        rec._account(p, rec._share(p, compute_or_note(p, rec.cfg)), settled=True)
+        rec._account(p, rec._share(compute_or_note(p, rec.cfg)), settled=True)
     assert rec._tier_sums(pods) == exact
     assert compute_tiers_from_sums(rec._tier_sums(pods), rec.cfg) == want.tiers
