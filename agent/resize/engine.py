@@ -242,6 +242,7 @@ class ResizeEngine:
         self._comps: dict[PodUID, _Computed] = {}
         self._sums = RunningTierSums()
         self._used = (0, 0)
+        self._terminal: set[PodUID] = set()  # pods in a terminal phase (few): checked for their cgroup
         self._lingering: set[PodUID] = set()  # terminal pods whose cgroup is still there: they count
         self._stale: set[PodUID] = set()  # pod or allocation changed since computed
         self._dirty: set[PodUID] = set()  # to converge in the next pass (changed, or not converged yet)
@@ -273,6 +274,7 @@ class ResizeEngine:
         self._state = sm.restore(records)
         self._stale.update(self._comps)
         self._pods = {}
+        self._terminal.clear()
         self.observe(pods)
         if persist:
             self._save()
@@ -294,10 +296,15 @@ class ResizeEngine:
             self._stale.add(pod.uid)
             self._dirty.add(pod.uid)
         self._pods[pod.uid] = pod
+        if pod.phase in TERMINAL_PHASES:
+            self._terminal.add(pod.uid)
+        else:
+            self._terminal.discard(pod.uid)
         self._state = sm.observe_pod(self._state, pod)
 
     def remove(self, uid: PodUID) -> None:
         self._pods.pop(uid, None)
+        self._terminal.discard(uid)
         self._state = sm.remove_pod(self._state, uid)
         self._stale.add(uid)
         self._dirty.discard(uid)
@@ -354,9 +361,7 @@ class ResizeEngine:
     ) -> PassReport:
         report = PassReport()
         now = self.clock()
-        lingering = {
-            u for u, p in self._pods.items() if p.phase in TERMINAL_PHASES and self._present(reader, p)
-        }
+        lingering = {u for u in self._terminal if self._present(reader, self._pods[u])}
         self._stale |= lingering ^ self._lingering
         self._lingering = lingering
         self._refresh()
@@ -384,6 +389,7 @@ class ResizeEngine:
                 snap = _merged(snap, self.snapshot(reader, {rec.uid}), rec.pod)
         skip = set(handled)
         frozen: set[tuple[str, str]] = set()
+        actuating = False  # an admitted allocation of a pod still here is not in its cgroups yet
         for rec in self._state.records.values():
             if rec.state is None and not rec.restarted:
                 continue  # never resized: neither backing off nor waiting for a restart (most pods)
@@ -391,8 +397,10 @@ class ResizeEngine:
                 skip.add(rec.pod)
             if rec.restarted:
                 frozen |= {(rec.pod, c) for c in self._waiting_restarts(rec)}
+            if rec.state in (ResizeState.IN_PROGRESS, ResizeState.ERROR) and rec.uid in self._pods:
+                actuating = True
         node = restrict(snap.node, None, exclude=skip, frozen_containers=frozen)
-        if self._actuating():
+        if actuating:
             node = without_tier_memory_growth(node)
         if self.node_filter is not None and save:
             node = self.node_filter(node)
@@ -577,13 +585,6 @@ class ResizeEngine:
         except PodComputeError:
             return False
         return directory is not None and reader.exists(directory)
-
-    def _actuating(self) -> bool:
-        """An admitted allocation of a pod still on the node is not in its cgroups yet."""
-        return any(
-            r.state in (ResizeState.IN_PROGRESS, ResizeState.ERROR) and r.uid in self._pods
-            for r in self._state.records.values()
-        )
 
     def _outcome(self, uid: PodUID, outcome: sm.Outcome) -> None:
         self._state = sm.actuated(self._state, uid, outcome, self.clock(), self.timing)
