@@ -16,6 +16,17 @@ streams send nothing more), `open_watches()` (streams a drop would close now), `
 resourceVersion each dropped stream delivered), `restart()` (stop the server and start a new one on the same
 port, state kept, history compacted as after an etcd restore).
 The cluster state lives in `FakeCluster`, the sockets in `FakeAPIServer`.
+
+Any other kind (custom resources such as VerticalPodAutoscalers, Leases, StatefulSets, ControllerRevisions)
+is served by a generic object store once registered with `serve(group, version, resource, kind)`: list
+(all namespaces or one; `labelSelector` with `k=v` terms), watch (same semantics as the pods' watch: from a
+resourceVersion, 410 when compacted, bookmarks), get, create (POST; 409 AlreadyExists; `generateName`), update
+(PUT, 409 Conflict when `metadata.resourceVersion` is stale), patch (merge patch, or a strategic merge patch that
+merges lists of objects by `name`/`type`, or a JSON patch; a `metadata.resourceVersion` in the patch is a
+precondition), delete, and the `status` subresource. An unregistered kind answers 404, as a missing CRD does.
+Pods also take PATCH (`/pods/{name}` and `/pods/{name}/resize`), DELETE and a recorded `/pods/{name}/eviction`.
+`fail(method, fragment, code, times)` makes matching requests answer an error status (fault injection);
+`count(method, fragment)` counts recorded requests.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ import copy
 import json
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -52,6 +64,10 @@ class FakeCluster:
     dropped: list[str] = field(default_factory=list)  # per dropped stream, the last resourceVersion it sent
     bookmark_interval_s: float = 0.2
     lock: threading.Condition = field(default_factory=threading.Condition)
+    served: dict[str, tuple[str, bool]] = field(default_factory=dict)  # "group/version/resource" -> (kind, namespaced)
+    objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)  # key -> (ns, name) -> obj
+    ghistory: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)  # (rv, key, type, obj)
+    faults: list[list[Any]] = field(default_factory=list)  # [method, fragment, code, times left]
 
     # ---- test side ----
 
@@ -109,12 +125,171 @@ class FakeCluster:
             items = [e for e in self.events.values() if e["involvedObject"]["uid"] == uid]
         return [e["reason"] for e in sorted(items, key=lambda e: e["_order"])]
 
+
+    # ---- generic objects (custom resources, leases, workloads) ----
+
+    def serve(self, group: str, version: str, resource: str, kind: str, namespaced: bool = True) -> None:
+        """Register a kind: until then its paths answer 404, as a cluster without the CRD does."""
+        key = _gkey(group, version, resource)
+        with self.lock:
+            self.served[key] = (kind, namespaced)
+            self.objects.setdefault(key, {})
+
+    def _gemit(self, key: str, kind: str, obj: dict[str, Any]) -> None:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.ghistory.append((self.rv, key, kind, copy.deepcopy(obj)))
+        self.lock.notify_all()
+
+    def put(self, group: str, version: str, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace an object from the test side (a watch event, a new resourceVersion)."""
+        key = _gkey(group, version, resource)
+        with self.lock:
+            kind, _ = self.served[key]
+            obj = copy.deepcopy(obj)
+            meta = obj.setdefault("metadata", {})
+            meta.setdefault("namespace", "")
+            store = self.objects[key]
+            old = store.get((meta["namespace"], meta["name"]))
+            meta.setdefault("uid", (old or {}).get("metadata", {}).get("uid") or str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", _now())
+            obj.setdefault("apiVersion", f"{group}/{version}" if group else version)
+            obj.setdefault("kind", kind)
+            store[(meta["namespace"], meta["name"])] = obj
+            self._gemit(key, "MODIFIED" if old else "ADDED", obj)
+            return copy.deepcopy(obj)
+
+    def get(self, group: str, version: str, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            obj = self.objects.get(_gkey(group, version, resource), {}).get((namespace, name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def remove(self, group: str, version: str, resource: str, namespace: str, name: str) -> None:
+        key = _gkey(group, version, resource)
+        with self.lock:
+            obj = self.objects[key].pop((namespace, name))
+            self._gemit(key, "DELETED", obj)
+
+    def fail(self, method: str, fragment: str, code: int, times: int = 1) -> None:
+        """The next `times` requests with this method whose path contains `fragment` answer `code`."""
+        with self.lock:
+            self.faults.append([method, fragment, code, times])
+
+    def count(self, method: str, fragment: str = "") -> int:
+        return len(self.recorded(method, fragment))
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            pod = self._find_pod(namespace, name)
+            return copy.deepcopy(pod) if pod is not None else None
+
+    def _find_pod(self, ns: str, name: str) -> dict[str, Any] | None:
+        return next(
+            (p for p in self.pods.values() if p["metadata"]["name"] == name and p["metadata"]["namespace"] == ns),
+            None,
+        )
+
+    def _fault(self, method: str, path: str) -> int | None:
+        with self.lock:
+            for f in self.faults:
+                if f[0] == method and f[1] in path and f[3] > 0:
+                    f[3] -= 1
+                    return int(f[2])
+        return None
+
     # ---- server side ----
 
     def list_pods(self, node: str) -> dict[str, Any]:
         with self.lock:
             items = [copy.deepcopy(p) for p in self.pods.values() if p["spec"].get("nodeName") == node]
             return {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+
+    def g_list(self, key: str, ns: str | None, selector: str) -> dict[str, Any]:
+        kind, _ = self.served[key]
+        with self.lock:
+            items = [
+                copy.deepcopy(o)
+                for (ons, _n), o in sorted(self.objects[key].items())
+                if (ns is None or ons == ns) and _labels_match(o, selector)
+            ]
+            return {"kind": kind + "List", "apiVersion": key.rsplit("/", 1)[0].lstrip("/"),
+                    "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+
+    def g_write(
+        self, method: str, key: str, ns: str, name: str | None, sub: str | None, body: Any, ctype: str
+    ) -> tuple[int, dict[str, Any]]:
+        """POST / PUT / PATCH / DELETE of a generic object, with the API server's preconditions."""
+        kind, _ = self.served[key]
+        with self.lock:
+            store = self.objects[key]
+            if method == "POST":
+                meta = body.setdefault("metadata", {})
+                if not meta.get("name") and meta.get("generateName"):
+                    meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+                meta["namespace"] = ns
+                if (ns, meta.get("name")) in store:
+                    return 409, _status(409, "AlreadyExists", f'{key} "{meta.get("name")}" already exists')
+                meta["uid"] = str(uuid.uuid4())
+                meta["creationTimestamp"] = _now()
+                body.setdefault("kind", kind)
+                store[(ns, meta["name"])] = body
+                self._gemit(key, "ADDED", body)
+                return 201, copy.deepcopy(body)
+            old = store.get((ns, name or ""))
+            if old is None:
+                return 404, _status(404, "NotFound", f'{key} "{name}" not found')
+            if method == "DELETE":
+                del store[(ns, name or "")]
+                self._gemit(key, "DELETED", old)
+                return 200, copy.deepcopy(old)
+            want_rv = ((body or {}).get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
+            if want_rv is not None and want_rv != old["metadata"]["resourceVersion"]:
+                return 409, _status(409, "Conflict", f'Operation cannot be fulfilled on {key} "{name}": the object has been modified')
+            if method == "PUT":
+                new = copy.deepcopy(body)
+                new["metadata"] = {**old["metadata"], **new.get("metadata", {})}
+            else:
+                try:
+                    new = apply_patch(old, body, ctype)
+                except (ValueError, KeyError, IndexError, TypeError) as err:
+                    return 422, _status(422, "Invalid", f"patch: {err}")
+            if sub == "status":  # the status subresource changes only status
+                new = {**old, "status": new.get("status")}
+            elif sub is None and "status" in old:  # the main resource leaves status alone
+                new = {**new, "status": old["status"]}
+            new["metadata"]["uid"] = old["metadata"]["uid"]
+            store[(ns, name or "")] = new
+            self._gemit(key, "MODIFIED", new)
+            return 200, copy.deepcopy(new)
+
+    def pod_write(self, method: str, ns: str, name: str, sub: str | None, body: Any, ctype: str) -> tuple[int, dict[str, Any]]:
+        """PATCH pods/{name} and pods/{name}/resize, DELETE pods/{name}, POST pods/{name}/eviction (recorded)."""
+        with self.lock:
+            pod = self._find_pod(ns, name)
+            if pod is None:
+                return 404, _status(404, "NotFound", f'pods "{name}" not found')
+            if method == "POST" and sub == "eviction":
+                return 201, _status(201, "Created", "eviction recorded")
+            if method == "DELETE":
+                uid = pod["metadata"]["uid"]
+                self.pods.pop(uid)
+                self._emit("DELETED", pod)
+                return 200, copy.deepcopy(pod)
+            want_rv = ((body or {}).get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
+            if want_rv is not None and want_rv != pod["metadata"]["resourceVersion"]:
+                return 409, _status(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}": the object has been modified')
+            try:
+                new = apply_patch(pod, body, ctype)
+            except (ValueError, KeyError, IndexError, TypeError) as err:
+                return 422, _status(422, "Invalid", f"patch: {err}")
+            if sub == "resize":  # only container resources may change through resize
+                for c_new, c_old in zip(new["spec"]["containers"], pod["spec"]["containers"], strict=True):
+                    if {k: v for k, v in c_new.items() if k != "resources"} != {k: v for k, v in c_old.items() if k != "resources"}:
+                        return 422, _status(422, "Invalid", "pods/resize may change only container resources")
+            new["metadata"]["uid"] = pod["metadata"]["uid"]
+            self.pods[new["metadata"]["uid"]] = new
+            self._emit("MODIFIED", new)
+            return 200, copy.deepcopy(new)
 
     def patch_status(self, ns: str, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self.lock:
@@ -140,6 +315,121 @@ class FakeCluster:
                     raise AssertionError(f"the agent patched status.{key}, which it does not own")
             self._emit("MODIFIED", pod)
             return 200, copy.deepcopy(pod)
+
+
+def _gkey(group: str, version: str, resource: str) -> str:
+    return f"{group}/{version}/{resource}"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def strategic_merge(target: Any, patch: Any) -> Any:
+    """A strategic merge patch as far as the agent's objects need it: maps merge, lists of objects merge by
+    their `name` (containers, volumes) or `type` (conditions) key, other lists are replaced."""
+    if isinstance(patch, dict):
+        out = dict(target) if isinstance(target, dict) else {}
+        for k, v in patch.items():
+            if k.startswith("$"):
+                continue
+            if v is None:
+                out.pop(k, None)
+            else:
+                out[k] = strategic_merge(out.get(k), v)
+        return out
+    if isinstance(patch, list) and patch and all(isinstance(x, dict) for x in patch) and isinstance(target, list):
+        key = "name" if all("name" in x for x in patch) else "type" if all("type" in x for x in patch) else None
+        if key is not None:
+            merged = [copy.deepcopy(x) for x in target]
+            for item in patch:
+                for i, old in enumerate(merged):
+                    if isinstance(old, dict) and old.get(key) == item[key]:
+                        merged[i] = strategic_merge(old, item)
+                        break
+                else:
+                    merged.append(copy.deepcopy(item))
+            return merged
+    return copy.deepcopy(patch)
+
+
+def json_patch(target: Any, ops: list[dict[str, Any]]) -> Any:
+    """RFC 6902 (add, replace, remove, test)."""
+    doc = copy.deepcopy(target)
+    for op in ops:
+        path = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].lstrip("/").split("/")]
+        parent = doc
+        for p in path[:-1]:
+            parent = parent[int(p)] if isinstance(parent, list) else parent[p]
+        last: Any = path[-1]
+        if isinstance(parent, list):
+            last = len(parent) if last == "-" else int(last)
+        if op["op"] == "test":
+            if parent[last] != op["value"]:
+                raise ValueError(f"test failed at {op['path']}")
+        elif op["op"] == "remove":
+            del parent[last]
+        elif op["op"] == "add" and isinstance(parent, list):
+            parent.insert(last, op["value"])
+        else:
+            parent[last] = op["value"]
+    return doc
+
+
+def apply_patch(target: dict[str, Any], body: Any, content_type: str) -> dict[str, Any]:
+    if content_type.startswith("application/json-patch+json"):
+        out: dict[str, Any] = json_patch(target, body)
+        return out
+    if content_type.startswith("application/strategic-merge-patch+json"):
+        return dict(strategic_merge(target, body))
+    return dict(merge_patch(target, body))
+
+
+def _labels_match(obj: dict[str, Any], selector: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k) == v:
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k) != v:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _route(path: str) -> tuple[str, str, str | None, str | None, str | None, str | None] | None:
+    """(group, version, namespace, resource, name, subresource) of an API path."""
+    parts = path.strip("/").split("/")
+    if parts[0] == "api" and len(parts) >= 2:
+        group, version, rest = "", parts[1], parts[2:]
+    elif parts[0] == "apis" and len(parts) >= 3:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    ns = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        ns, rest = rest[1], rest[2:]
+    resource = rest[0] if rest else None
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else None
+    return group, version, ns, resource, name, sub
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -169,10 +459,113 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
             with cluster.lock:
                 cluster.requests.append(Recorded(self.command, self.path, self.headers.get("Content-Type", ""), body))
 
+        def _faulted(self) -> bool:
+            code = cluster._fault(self.command, self.path)
+            if code is None:
+                return False
+            self._send(code, _status(code, "Injected", f"injected {code}"))
+            return True
+
+        def _generic(self, body: Any) -> bool:
+            """Serve a registered kind (or a pod write); False when the path is not one."""
+            url = urlsplit(self.path)
+            route = _route(url.path)
+            if route is None:
+                return False
+            group, version, ns, resource, name, sub = route
+            if group == "" and resource == "pods" and ns is not None and name is not None:
+                if (self.command in ("PATCH", "DELETE") and sub in (None, "resize")) or sub == "eviction":
+                    code, out = cluster.pod_write(self.command, ns, name, sub, body, self.headers.get("Content-Type", ""))
+                    self._send(code, out)
+                    return True
+                return False
+            key = _gkey(group, version, resource or "")
+            if key not in cluster.served:
+                return False
+            q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            if self.command == "GET" and name is None:
+                if q.get("watch") in ("true", "1", "True"):
+                    self._gwatch(key, ns, q)
+                else:
+                    self._send(200, cluster.g_list(key, ns, q.get("labelSelector", "")))
+                return True
+            if self.command == "GET":
+                g, v, r = key.split("/")
+                obj = cluster.get(g, v, r, ns or "", name or "")
+                self._send(200 if obj else 404, obj or _status(404, "NotFound", f'{resource} "{name}" not found'))
+                return True
+            code, out = cluster.g_write(self.command, key, ns or "", name, sub, body, self.headers.get("Content-Type", ""))
+            self._send(code, out)
+            return True
+
+        def _gwatch(self, key: str, ns: str | None, q: dict[str, str]) -> None:
+            since = int(q.get("resourceVersion") or 0)
+            timeout = float(q.get("timeoutSeconds") or 300)
+            bookmarks = q.get("allowWatchBookmarks") in ("true", "True", "1")
+            selector = q.get("labelSelector", "")
+            kind, _ = cluster.served[key]
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.close_connection = True
+            end = time.monotonic() + timeout
+            with cluster.lock:
+                generation = cluster.generation
+                if since < cluster.compacted:
+                    self._chunk({"type": "ERROR", "object": _status(410, "Expired", f"too old resource version: {since} ({cluster.compacted})")})
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                cluster.streams += 1
+            sent = since
+            last_bookmark = time.monotonic()
+            try:
+                while time.monotonic() < end and not server_stopping.is_set():
+                    with cluster.lock:
+                        if cluster.generation != generation:
+                            return
+                        pending = [(rv, k, t, o) for rv, k, t, o in cluster.ghistory if rv > sent]
+                        if not pending:
+                            cluster.lock.wait(timeout=cluster.bookmark_interval_s)
+                            if cluster.generation != generation:
+                                return
+                            pending = [(rv, k, t, o) for rv, k, t, o in cluster.ghistory if rv > sent]
+                        current = cluster.rv
+                    for rv, k, t, obj in pending:
+                        sent = rv
+                        if k == key and (ns is None or obj["metadata"].get("namespace") == ns) and _labels_match(obj, selector):
+                            self._chunk({"type": t, "object": obj})
+                    if bookmarks and time.monotonic() - last_bookmark >= cluster.bookmark_interval_s:
+                        sent = max(sent, current)
+                        self._chunk({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": key.rsplit("/", 1)[0].lstrip("/"), "metadata": {"resourceVersion": str(sent)}}})
+                        last_bookmark = time.monotonic()
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                return
+            finally:
+                with cluster.lock:
+                    cluster.streams -= 1
+
+        def do_PUT(self) -> None:
+            body = self._body()
+            self._record(body)
+            if self._faulted() or self._generic(body):
+                return
+            self._send(404, _status(404, "NotFound", self.path))
+
+        def do_DELETE(self) -> None:
+            body = self._body() if int(self.headers.get("Content-Length") or 0) else None
+            self._record(body)
+            if self._faulted() or self._generic(body):
+                return
+            self._send(404, _status(404, "NotFound", self.path))
+
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             q = {k: v[-1] for k, v in parse_qs(url.query).items()}
             self._record(None)
+            if self._faulted():
+                return
             parts = url.path.strip("/").split("/")
             if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
                 node = cluster.node
@@ -184,6 +577,8 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                 if q.get("watch") in ("true", "1", "True"):
                     return self._watch(node, q)
                 return self._send(200, cluster.list_pods(node))
+            if self._generic(None):
+                return
             self._send(404, _status(404, "NotFound", url.path))
 
         def _chunk(self, obj: Any) -> None:
@@ -245,6 +640,8 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
         def do_PATCH(self) -> None:
             body = self._body()
             self._record(body)
+            if self._faulted():
+                return
             parts = urlsplit(self.path).path.strip("/").split("/")
             ctype = self.headers.get("Content-Type", "")
             if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 7 and parts[4] == "pods" and parts[6] == "status":
@@ -259,11 +656,15 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                         return self._send(404, _status(404, "NotFound", parts[5]))
                     event.update(body)
                     return self._send(200, {k: v for k, v in event.items() if k != "_order"})
+            if self._generic(body):
+                return
             self._send(404, _status(404, "NotFound", self.path))
 
         def do_POST(self) -> None:
             body = self._body()
             self._record(body)
+            if self._faulted():
+                return
             parts = urlsplit(self.path).path.strip("/").split("/")
             if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "events":
                 with cluster.lock:
@@ -271,6 +672,8 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                     cluster.events[body["metadata"]["name"]] = body
                     out = {k: v for k, v in body.items() if k != "_order"}
                 return self._send(201, out)
+            if self._generic(body):
+                return
             self._send(404, _status(404, "NotFound", self.path))
 
     return Handler
