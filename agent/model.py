@@ -136,8 +136,11 @@ class PodView:
     generation: int = 0
     statuses: tuple[ContainerStatusView, ...] = ()
     init_statuses: tuple[ContainerStatusView, ...] = ()
-    pod_level_source: str | None = None  # "spec" or "annotation": where pod-level values came from
+    pod_level_source: str | None = None  # "spec" or the source (agent.sources) that set pod-level values
     status_qos: QOSClass | None = None  # status.qosClass: the kubelet trusts it over a recomputation
+    # Which source (agent.sources) decided each resource field that is not the spec's own, e.g.
+    # {"containers/app/limits/cpu": "resize-annotation"}; empty when the spec decided everything.
+    provenance: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

@@ -168,6 +168,11 @@ def explain(comp: PodComputation, files: Sequence[FileDiff] = (), resize: Resize
     lines.append("  containers:")
     for c in (*p.init_containers, *p.containers):
         lines.append(f"    {c.kind.value:<8} {c.name}: requests {_res(c.requests)}; limits {_res(c.limits)}")
+    if p.provenance:
+        lines.append("  desired state not from the spec (field: source):")
+        lines.extend(f"    {fld}: {src}" for fld, src in sorted(p.provenance.items()))
+    else:
+        lines.append("  desired state: the spec (no other source proposed a value)")
     for label, agg in (("requests", comp.requests_aggregate), ("limits", comp.limits_aggregate)):
         lines.append(f"  {label}: running containers (regular + sidecars) sum to {_res(agg.running)}")
         for phase in agg.init_phases:

@@ -17,6 +17,7 @@ from typing import Any
 
 from agent import pipeline
 from agent.compute import NodeComputation
+from agent.daemon.components import DaemonContext, factories
 from agent.daemon.core import Daemon, PodSource
 from agent.daemon.ownership import Ownership, Thing, resolve
 from agent.daemon.pipeline_reconciler import PipelineReconciler, RunnerFactory
@@ -26,6 +27,7 @@ from agent.kube.status import StatusReporter
 from agent.logging import configure, get_logger
 from agent.metrics import Endpoints, Metrics, Probe
 from agent.settings import ConfigError, Settings
+from agent.sources import DEFAULT_SOURCES
 from cgroupfs.types import DriverKind
 
 log = get_logger("agent.daemon")
@@ -153,6 +155,7 @@ def run(settings: Settings) -> int:
     node = settings.node_name or os.environ.get("NODE_NAME")
     source: PodSource
     reporter: StatusReporter
+    api: Any | None = None
     if settings.pods is not None:
         from agent.daemon.directory import DirectorySource
         from agent.kube.status import LogStatusReporter
@@ -167,7 +170,8 @@ def run(settings: Settings) -> int:
         from agent.kube.status import APIStatusReporter
         from agent.kube.watch import PodWatcher
 
-        core = core_v1(api_client(settings.kubeconfig))
+        api = api_client(settings.kubeconfig)
+        core = core_v1(api)
         info = _wait_for_node(core, node, settings, stop)
         if info is None:
             return 0
@@ -192,6 +196,8 @@ def run(settings: Settings) -> int:
             "cri.none", message="no criEndpoint: container values that differ are left to the runtime"
         )
     reconciler = select_reconciler(settings, env, ownership, cri)
+    context = DaemonContext(settings, node, api, metrics, ownership, env, cri)
+    components = [c for factory in factories() if (c := factory(context)) is not None]
     daemon = Daemon(
         reconciler,
         source,
@@ -201,7 +207,9 @@ def run(settings: Settings) -> int:
         resync_period_s=settings.resync_period_s,
         workers=settings.workers,
         stop=stop,
+        sources=(*DEFAULT_SOURCES, *context.sources),
     )
+    context.refresh = daemon.refresh
     endpoints = Endpoints(
         metrics,
         Probe(daemon.healthy, daemon.ready),
@@ -216,10 +224,15 @@ def run(settings: Settings) -> int:
         state_dir=str(settings.state_dir),
     )
     daemon.start()
+    for component in components:
+        component.start(stop)
+        log.info("component.started", component=component.name)
     while not stop.wait(0.5):
         pass
     log.info("stopping")
     daemon.shutdown()
+    for component in components:
+        component.join(10.0)
     endpoints.close()
     log.info("stopped")
     return 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from agent.metrics import Metrics
 from agent.model import PodUID, PodView
 from agent.pods.parse import PodParseError, parse_pod
 from agent.queue import TIERS, ShutDown, WorkQueue
+from agent.sources import DEFAULT_SOURCES, Source
 
 log = get_logger("agent.daemon")
 
@@ -61,8 +62,10 @@ class Daemon:
         workers: int = 2,
         stop: threading.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sources: Sequence[Source] = DEFAULT_SOURCES,
     ) -> None:
         self.reconciler = reconciler
+        self.sources = tuple(sources)
         self.source = source
         self.reporter = reporter
         self.metrics = metrics
@@ -106,7 +109,7 @@ class Daemon:
         views = []
         for raw in pods:
             try:
-                views.append(parse_pod({"kind": "Pod", **raw}))
+                views.append(parse_pod({"kind": "Pod", **raw}, self.sources))
             except PodParseError:
                 continue  # reported when the pod is ingested
         for warning in self.reconciler.start(views):
@@ -132,7 +135,7 @@ class Daemon:
         if self.node is not None and node is not None and node != self.node:
             return None  # not ours (a manifest for another node)
         try:
-            view: PodView | None = parse_pod({"kind": "Pod", **raw})
+            view: PodView | None = parse_pod({"kind": "Pod", **raw}, self.sources)
         except PodParseError as err:
             view = None
             self.metrics.errors.labels("PodParseError").inc()
@@ -146,9 +149,21 @@ class Daemon:
         with self._lock:
             previous = self._cache.get(uid)
             self._cache[uid] = _Entry(raw, ref, view)
-        if previous is None or previous.raw != raw:
+        if previous is None or previous.raw != raw or previous.view != view:
             self.queue.add(uid)
         return uid
+
+    def refresh(self, uids: Iterable[str] | None = None) -> None:
+        """A source's outside state changed (a recommendation, a VPA): derive these pods' desired state
+        again from their last known objects (every pod when `uids` is None); those whose view changed
+        get a pass. Safe to call from any thread."""
+        with self._lock:
+            wanted = list(self._cache) if uids is None else [u for u in uids if u in self._cache]
+            raws = [self._cache[u].raw for u in wanted]
+        for raw in raws:
+            self._ingest(raw)
+        if raws:
+            self.queue.add(TIERS)
 
     # -- workers -------------------------------------------------------------------------------------
 

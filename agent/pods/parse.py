@@ -7,8 +7,7 @@ the API compute to the same values.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -27,10 +26,10 @@ from agent.model import (
     validate_pod_uid,
 )
 from agent.pods import quantity
-from agent.resize.annotation import ResizeAnnotationError, overlay_resize
+from agent.sources import DEFAULT_SOURCES, Source, SourceInputError, field_label, merge
+from agent.sources.pod_level_annotation import POD_RESOURCES_ANNOTATION
 
-POD_RESOURCES_ANNOTATION: Final = "kube-cgroup-agent.io/pod-resources"
-"""For clusters whose API lacks `spec.resources`: JSON `{"requests": {...}, "limits": {...}}`."""
+__all__ = ["POD_RESOURCES_ANNOTATION", "PodParseError", "parse_pod", "pod_key", "resource_list"]
 
 HUGEPAGES_PREFIX: Final = "hugepages-"
 
@@ -158,22 +157,11 @@ def _statuses(raw: object, key: str) -> tuple[ContainerStatusView, ...]:
     return tuple(out)
 
 
-def _pod_level(spec: Mapping[str, Any], meta: Mapping[str, Any], key: str) -> tuple[Any, str | None]:
-    if spec.get("resources") is not None:
-        return spec["resources"], "spec"
-    annotations = meta.get("annotations") or {}
-    text = annotations.get(POD_RESOURCES_ANNOTATION) if isinstance(annotations, Mapping) else None
-    if text is None:
-        return None, None
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError) as err:
-        raise PodParseError(key, f"annotation {POD_RESOURCES_ANNOTATION} is not valid JSON: {err}") from err
-    if not isinstance(value, Mapping) or not set(value) <= {"requests", "limits"}:
-        raise PodParseError(
-            key, f'annotation {POD_RESOURCES_ANNOTATION} must be {{"requests": ..., "limits": ...}}'
-        )
-    return value, "annotation"
+def _pod_level_source(spec: Mapping[str, Any], provenance: Mapping[tuple[str, ...], str]) -> str | None:
+    if spec.get("resources") is None:
+        return None
+    decided = {src for path, src in provenance.items() if path[0] == "pod"}
+    return decided.pop() if len(decided) == 1 else "spec"
 
 
 def _default_pod_level(pod: PodView) -> PodView:
@@ -228,15 +216,17 @@ def _default_pod_level(pod: PodView) -> PodView:
     )
 
 
-def parse_pod(raw: Mapping[str, Any]) -> PodView:
-    """Build one PodView; raise PodParseError naming the pod and the problem."""
+def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCES) -> PodView:
+    """Build one PodView with every source's proposal applied; raise PodParseError naming the pod and the
+    problem."""
     key = pod_key(raw)
     if not isinstance(raw, Mapping):
         raise PodParseError(key, "a pod must be a map")
     try:
-        raw = overlay_resize(raw)  # the resize annotation, when present, is the desired state
-    except ResizeAnnotationError as err:
+        merged = merge(raw, sources)  # sources of desired state over the spec, by precedence
+    except SourceInputError as err:
         raise PodParseError(key, str(err)) from err
+    raw = merged.raw
     kind = raw.get("kind", "Pod")
     if kind != "Pod":
         raise PodParseError(key, f"kind {kind!r} is not a Pod")
@@ -266,7 +256,8 @@ def parse_pod(raw: Mapping[str, Any]) -> PodView:
     init = tuple(_container(c, ContainerKind.INIT, key, seen) for c in raw_init)
     containers = tuple(_container(c, ContainerKind.REGULAR, key, seen) for c in raw_containers)
 
-    pod_level, source = _pod_level(spec, meta, key)
+    pod_level = spec.get("resources")
+    source = _pod_level_source(spec, merged.provenance)
     try:
         overhead = resource_list(spec.get("overhead"), "spec.overhead")
         if pod_level is not None and not isinstance(pod_level, Mapping):
@@ -304,5 +295,6 @@ def parse_pod(raw: Mapping[str, Any]) -> PodView:
         init_statuses=_statuses(status.get("initContainerStatuses"), key),
         pod_level_source=source,
         status_qos=status_qos,
+        provenance={field_label(path): src for path, src in merged.provenance.items()},
     )
     return _default_pod_level(pod)

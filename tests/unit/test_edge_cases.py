@@ -284,7 +284,7 @@ def test_pod_level_annotation_for_older_apis() -> None:
         "kube-cgroup-agent.io/pod-resources": '{"limits": {"cpu": "2", "memory": "1Gi"}}'
     }
     p = view(raw)
-    assert p.pod_level_source == "annotation"
+    assert p.pod_level_source == "pod-resources-annotation"
     comp = compute_pod(p, ComputeConfig())
     assert (comp.values.cpu_quota, comp.values.memory_limit) == (200000, GI)
 

@@ -7,25 +7,29 @@ spec's values:
     {"containers": {"app": {"requests": {"cpu": "500m"}, "limits": {"cpu": "1", "memory": "256Mi"}}},
      "initContainers": {"log-shipper": {"limits": {"memory": "64Mi"}}}}
 
-The overlay is applied to the raw manifest before parsing, so the API's defaulting rules (a limit
-without a request makes the request equal the limit) apply to it exactly as to the spec. When the
-annotation is present it wins over the spec; removing it makes the spec the desired state again.
-Only the *desired* state comes from here: admission, the checkpoint and the actuation are the same.
+It is a source of desired state (`agent.sources.base`) with the highest precedence: an explicit request
+by whoever may annotate the pod wins over the spec and over a recommendation. Its proposal is applied to
+the raw manifest before parsing, so the API's defaulting rules apply to it exactly as to the spec;
+removing the annotation makes the spec the desired state again. Only the *desired* state comes from
+here: admission, the state store and the actuation are the same for every source.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
+
+from agent.sources.base import ContainerResources, Proposal, Section, SourceInputError
 
 RESIZE_ANNOTATION: Final = "kube-cgroup-agent.io/resize"
+NAME: Final = "resize-annotation"
+PRECEDENCE: Final = 100
 
 _SECTIONS: Final = {"containers": "containers", "initContainers": "initContainers"}
 
 
-class ResizeAnnotationError(ValueError):
+class ResizeAnnotationError(SourceInputError):
     """The annotation is present but not the documented JSON form; the message says what is wrong."""
 
 
@@ -71,30 +75,19 @@ def parse_resize_annotation(text: str) -> dict[str, dict[str, dict[str, dict[str
     return out
 
 
-def overlay_resize(raw: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The manifest with the annotation's values written into the containers' resources (a copy), or
-    `raw` itself when there is no annotation. Raises ResizeAnnotationError naming the problem."""
-    text = resize_annotation(raw)
-    if text is None:
-        return raw
-    wanted = parse_resize_annotation(text)
-    out = copy.deepcopy(dict(raw))
-    spec = out.get("spec")
-    if not isinstance(spec, dict):
-        return out
-    for section, containers in wanted.items():
-        listed = spec.get(_SECTIONS[section]) or []
-        by_name = {c.get("name"): c for c in listed if isinstance(c, dict)}
-        for name, res in containers.items():
-            target = by_name.get(name)
-            if target is None:
-                raise ResizeAnnotationError(
-                    f"annotation {RESIZE_ANNOTATION}: the pod has no {section[:-1]} named {name!r}"
-                )
-            resources = target.setdefault("resources", {})
-            if not isinstance(resources, dict):
-                raise ResizeAnnotationError(f"container {name!r}: resources must be a map")
-            for kind, values in res.items():
-                current = resources.get(kind) or {}
-                resources[kind] = {**current, **values}
-    return out
+class ResizeAnnotationSource:
+    """The `kube-cgroup-agent.io/resize` annotation as a source of desired state."""
+
+    name: Final = NAME
+    precedence: Final = PRECEDENCE
+
+    def propose(self, raw: Mapping[str, Any]) -> Proposal | None:
+        text = resize_annotation(raw)
+        if text is None:
+            return None
+        wanted = parse_resize_annotation(text)
+        containers: dict[tuple[Section, str], ContainerResources] = {}
+        for section, named in wanted.items():
+            for name, res in named.items():
+                containers[(cast(Section, section), name)] = cast(ContainerResources, res)
+        return Proposal(NAME, containers, note=f"annotation {RESIZE_ANNOTATION}")

@@ -1,0 +1,53 @@
+"""Parts of the daemon that run beside the pod loop (a VPA watcher, the local recommender, a rollout
+coordinator): one small seam so that each plugs in with one factory and the loop does not know them.
+
+A factory looks at the context (settings, the API client if any, ownership) and returns a component, or
+None when its feature is off or cannot run here (it logs why). Before the daemon starts, a factory may add
+sources of desired state (`context.sources`); once running, a component calls `context.refresh(uids)`
+when its outside state changed so those pods are derived and reconciled again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agent.daemon.ownership import Ownership
+from agent.metrics import Metrics
+from agent.settings import Settings
+from agent.sources import Source
+
+
+@dataclass(slots=True)
+class DaemonContext:
+    settings: Settings
+    node: str | None  # None on a bare node without a name
+    api: Any | None  # kubernetes.client.ApiClient; None when the pods come from a directory
+    metrics: Metrics
+    ownership: Ownership
+    env: Any  # agent.pipeline.Environment (cgroup files and layout)
+    cri: Any | None  # the CRI client, or None
+    sources: list[Source] = field(default_factory=list)  # extra sources of desired state (add before start)
+    refresh: Callable[[Iterable[str] | None], None] = lambda uids: None  # set by the daemon
+
+
+class Component(Protocol):
+    name: str
+
+    def start(self, stop: threading.Event) -> None:
+        """Start its threads; return at once. It stops when `stop` is set."""
+        ...
+
+    def join(self, timeout_s: float) -> None:
+        """Wait for its threads after `stop` was set (at shutdown)."""
+        ...
+
+
+ComponentFactory = Callable[[DaemonContext], Component | None]
+
+
+def factories() -> list[ComponentFactory]:
+    """Every component the daemon knows, in start order. Each decides from the settings if it runs."""
+    return []

@@ -1,0 +1,73 @@
+"""A source with outside state (a recommendation): `Daemon.refresh` derives the pod again and queues it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+from agent.daemon.core import Daemon
+from agent.metrics import Metrics
+from agent.queue import TIERS
+from agent.sources import DEFAULT_SOURCES, Proposal
+
+
+class Recommendation:
+    """A stand-in dynamic source: proposes a CPU request once one is set."""
+
+    name = "vpa:ns/v"
+    precedence = 50
+
+    def __init__(self) -> None:
+        self.cpu: str | None = None
+
+    def propose(self, raw: Mapping[str, Any]) -> Proposal | None:
+        if self.cpu is None:
+            return None
+        return Proposal(self.name, {("containers", "app"): {"requests": {"cpu": self.cpu}}})
+
+
+def _raw(uid: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"p-{uid}", "namespace": "ns", "uid": uid},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": "100m"}}}],
+        },
+    }
+
+
+def _drain(d: Daemon) -> list[str]:
+    out = []
+    while len(d.queue):
+        key = d.queue.get()
+        out.append(key)
+        d.queue.done(key)
+    return out
+
+
+def test_refresh_rederives_only_pods_whose_view_changed() -> None:
+    rec = Recommendation()
+    d = Daemon(
+        cast(Any, None),
+        cast(Any, None),
+        cast(Any, None),
+        Metrics(),
+        node="n1",
+        resync_period_s=60,
+        sources=(*DEFAULT_SOURCES, rec),
+    )
+    d.upsert(_raw("u-1"))
+    d.upsert(_raw("u-2"))
+    assert set(_drain(d)) == {"u-1", "u-2", TIERS}
+    d.refresh(["u-1"])  # nothing changed for the source: nothing to do but the tiers
+    assert _drain(d) == [TIERS]
+    rec.cpu = "300m"
+    d.refresh(["u-1", "gone"])  # an unknown uid is ignored
+    assert set(_drain(d)) == {"u-1", TIERS}
+    views = {v.uid: v for v in d._views()}
+    assert views["u-1"].containers[0].requests.cpu_milli == 300
+    assert views["u-1"].provenance == {"containers/app/requests/cpu": "vpa:ns/v"}
+    assert views["u-2"].containers[0].requests.cpu_milli == 100  # not refreshed yet
+    d.refresh(None)  # every pod
+    assert set(_drain(d)) == {"u-2", TIERS}
+    assert {v.uid: v for v in d._views()}["u-2"].containers[0].requests.cpu_milli == 300
