@@ -1,3 +1,5 @@
 """kube-cgroup-agent: owns a Kubernetes node's pod resource tiers."""
 
-__version__ = "0.1.0"
+from agent.version import VERSION as __version__
+
+__all__ = ["__version__"]

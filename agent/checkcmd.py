@@ -36,6 +36,11 @@ def run_check(settings: Settings, kubelet_config: str | None, output: str) -> in
         cgroup_root=settings.cgroup_root,
         cgroup_driver=settings.cgroup_driver,
     )
+    checks.extend(
+        Check(f"kubelet setting {key}", Verdict.OK, f"inherited from {src}")
+        for key, src in sorted(settings.inherited.items())
+    )
+    checks.extend(Check("kubelet setting", Verdict.WARN, c) for c in settings.kubelet_conflicts)
     if settings.cri_endpoint and not any(
         c.name.startswith("CRI") and c.verdict is Verdict.FAIL for c in checks
     ):

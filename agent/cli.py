@@ -7,10 +7,9 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from agent import __version__
 
 if TYPE_CHECKING:
     from agent.settings import Settings
@@ -18,6 +17,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_DIFFERENCES = 1
 EXIT_ERROR = 2
+KUBELET_CONFIG = Path("/var/lib/kubelet/config.yaml")  # where kubeadm and most installers put it
 
 
 class UsageError(Exception):
@@ -44,6 +44,10 @@ def _common(p: argparse.ArgumentParser, pods: bool = True) -> None:
         "--cpu-weight-formula", choices=["linear", "quadratic"], help="cgroup v2 pod/QoS cpu.weight"
     )
     p.add_argument("--state-dir", help="checkpoint and node-local state (default /var/lib/kube-cgroup-agent)")
+    p.add_argument(
+        "--kubelet-config",
+        help="the kubelet's KubeletConfiguration file: the kubelet's knobs default from it (explicit settings win)",
+    )
 
 
 _FLAG_KEYS = {
@@ -60,6 +64,7 @@ _FLAG_KEYS = {
     "hugepage_sizes": "hugepageSizes",
     "cpu_weight_formula": "cpuWeightFormula",
     "state_dir": "stateDir",
+    "kubelet_config": "kubeletConfig",
     "create_qos_cgroups": "createQOSCgroups",
     "metrics_bind_address": "metricsBindAddress",
     "health_bind_address": "healthBindAddress",
@@ -83,7 +88,21 @@ def build_settings(args: argparse.Namespace) -> Settings:
             flags[key] = value
     if os.environ.get("NODE_NAME") and "nodeName" not in flags and base.node_name is None:
         flags["nodeName"] = os.environ["NODE_NAME"]
-    return from_mapping(flags, base, relative_to=Path.cwd()) if flags else base
+    from agent.kubeletconfig import inherit
+    from agent.settings import ConfigError
+
+    settings = from_mapping(flags, base, relative_to=Path.cwd()) if flags else base
+    if (
+        settings.kubelet_config is None
+        and getattr(args, "command", None) == "check"
+        and KUBELET_CONFIG.is_file()
+    ):
+        # check's default source; a file it cannot use is one of its findings, not a reason to stop
+        try:
+            return inherit(replace(settings, kubelet_config=KUBELET_CONFIG))
+        except ConfigError:
+            return settings
+    return inherit(settings)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -114,7 +133,6 @@ def parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="environment diagnostics")
     _common(c, pods=False)
-    c.add_argument("--kubelet-config", default="/var/lib/kubelet/config.yaml")
     c.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
     r = sub.add_parser("run", help="the daemon: watch the node's pods and reconcile continuously")
@@ -209,7 +227,10 @@ def _cmd_apply(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from agent.checkcmd import run_check
 
-    code: int = run_check(build_settings(args), args.kubelet_config, args.output)
+    settings = build_settings(args)
+    code: int = run_check(
+        settings, str(settings.kubelet_config) if settings.kubelet_config else None, args.output
+    )
     return code
 
 
@@ -232,7 +253,9 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "version":
-        print(f"kube-cgroup-agent {__version__}")
+        from agent.version import describe
+
+        print(describe())
         return EXIT_OK
     from agent.errors import user_message
 

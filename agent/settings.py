@@ -68,6 +68,21 @@ class Settings:
     reconciler: str = "auto"  # auto | engine | pipeline (see agent.daemon.select_reconciler)
     log_format: str = "auto"  # auto | json | console
     log_level: str = "info"
+    # The kubelet's own settings file (KubeletConfiguration): the kubelet's knobs default from it
+    # (agent.kubeletconfig); `explicit` names the config keys set in the agent's config or flags, which win.
+    kubelet_config: Path | None = None
+    cgroups_per_qos: bool = True
+    enforce_node_allocatable: tuple[str, ...] = ("pods",)
+    kubepods_size: Resources | None = (
+        None  # set by the daemon from the Node's capacity when not enforcing pods
+    )
+    explicit: frozenset[str] = frozenset()
+    inherited: Mapping[str, str] = field(
+        default_factory=dict
+    )  # config key -> the kubelet config it came from
+    kubelet_conflicts: tuple[
+        str, ...
+    ] = ()  # explicit settings that disagree with the kubelet's, one line each
 
     @property
     def cgroup_root_name(self) -> CgroupName:
@@ -82,6 +97,7 @@ class Settings:
             allocatable=self.allocatable,
             qos_reserved_memory_percent=self.qos_reserved_memory_percent,
             pod_memory_reservation=self.pod_memory_reservation,
+            kubepods_size=self.kubepods_size,
         )
 
 
@@ -250,6 +266,24 @@ def _kubelet_version(v: object) -> str:
     return text
 
 
+def _enforce(v: object) -> tuple[str, ...]:
+    """enforceNodeAllocatable as the kubelet takes it: a list of pods, system-reserved, kube-reserved, none."""
+    allowed = {
+        "pods",
+        "system-reserved",
+        "kube-reserved",
+        "system-reserved-compressible",
+        "kube-reserved-compressible",
+        "none",
+    }
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ValueError("enforceNodeAllocatable must be a list like [pods]")
+    unknown = sorted(set(v) - allowed)
+    if unknown:
+        raise ValueError(f"enforceNodeAllocatable: unknown {', '.join(unknown)}")
+    return tuple(x for x in v if x != "none")
+
+
 def _choice(*allowed: str) -> Any:
     def convert(v: object) -> str:
         if str(v) not in allowed:
@@ -297,8 +331,32 @@ _KEYS: Final[dict[str, tuple[str, Any]]] = {
     "reconciler": ("reconciler", _choice("auto", "engine", "pipeline")),
     "logFormat": ("log_format", _choice("auto", "json", "console")),
     "logLevel": ("log_level", _choice("debug", "info", "warning", "error")),
+    "kubeletConfig": ("kubelet_config", lambda v: Path(_str(v))),
+    "cgroupsPerQOS": ("cgroups_per_qos", _bool),
+    "enforceNodeAllocatable": ("enforce_node_allocatable", _enforce),
 }
-_PATH_KEYS: Final = {"cgroupfs", "pods", "stateDir", "kubeconfig"}
+_PATH_KEYS: Final = {"cgroupfs", "pods", "stateDir", "kubeconfig", "kubeletConfig"}
+KUBELET_KEYS: Final = (
+    "cgroupDriver",
+    "cgroupRoot",
+    "cgroupsPerQOS",
+    "qosReserved",
+    "kubeReserved",
+    "systemReserved",
+    "enforceNodeAllocatable",
+    "cpuCFSQuota",
+    "cpuCFSQuotaPeriod",
+    "cpuManagerPolicy",
+    "featureGates",
+    "evictionHard",
+)
+"""The KubeletConfiguration fields the agent takes from the kubelet's file: same names as the agent's keys."""
+
+
+def convert_key(key: str, value: object) -> tuple[str, Any]:
+    """(settings field, converted value) of one config key; ValueError names the problem."""
+    name, convert = _KEYS[key]
+    return name, convert(value)
 
 
 def from_mapping(
@@ -324,7 +382,9 @@ def from_mapping(
             changes[name] = convert(value)
         except ValueError as err:
             problems.append(f"{key}: {err}")
-    settings = replace(base or Settings(), **changes)
+    base = base or Settings()
+    explicit = base.explicit | {k for k, v in raw.items() if k in _KEYS and v is not None}
+    settings = replace(base, **changes, explicit=frozenset(explicit))
     problems.extend(validate(settings))
     if problems:
         raise ConfigError(problems)
@@ -337,6 +397,11 @@ def validate(s: Settings) -> list[str]:
         s.cgroup_root_name  # noqa: B018 - validates the root
     except NameError_ as err:
         problems.append(f"cgroupRoot {s.cgroup_root!r}: {err}")
+    if not s.cgroups_per_qos:
+        problems.append(
+            "cgroupsPerQOS is false: the kubelet makes no QoS hierarchy (kubepods, burstable, besteffort) "
+            "and the agent has nothing to own"
+        )
     if s.resync_period_s <= 0:
         problems.append("resyncPeriod must be positive")
     if s.drift_backoff_s <= 0:

@@ -15,5 +15,8 @@ class ComputeConfig:
     cpu_cfs_quota_period_us: int = QUOTA_PERIOD_US  # kubelet cpuCFSQuotaPeriod
     hugepage_sizes: tuple[int, ...] = ()  # the node's huge page sizes, in bytes
     allocatable: Resources | None = None  # what the kubepods tree is sized with (capacity - reserved)
+    # The kubelet sizes kubepods with its capacity instead when enforceNodeAllocatable lacks "pods"; qos-reserved
+    # limits still come from allocatable (createNodeAllocatableCgroups vs the QoS manager).
+    kubepods_size: Resources | None = None
     qos_reserved_memory_percent: int | None = None  # kubelet qosReserved memory=<p>%
     pod_memory_reservation: bool = True  # soft limit / memory.low from a pod-level memory request

@@ -154,14 +154,16 @@ def compute_tiers_from_sums(sums: TierSums, cfg: ComputeConfig) -> tuple[TierCom
 
     node: list[str] = []
     node_values = CgroupValues()
-    if cfg.allocatable is not None:
-        a = cfg.allocatable
+    if cfg.allocatable is not None or cfg.kubepods_size is not None:
+        a = cfg.kubepods_size or cfg.allocatable
+        assert a is not None
         node_values = CgroupValues(
             cpu_shares=milli_cpu_to_shares(a.cpu_milli) if a.cpu_milli is not None else None,
             memory_limit=a.memory,
             hugetlb={s: a.hugepages[s] for s in cfg.hugepage_sizes if s in a.hugepages},
         )
-        node.append(f"sized from allocatable: cpu {a.cpu_milli}m, memory {a.memory} bytes")
+        what = "capacity (enforceNodeAllocatable has no pods)" if cfg.kubepods_size else "allocatable"
+        node.append(f"sized from {what}: cpu {a.cpu_milli}m, memory {a.memory} bytes")
     else:
         node.append("no allocatable given: the kubepods root is left as it is")
 

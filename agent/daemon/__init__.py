@@ -138,6 +138,10 @@ def run(settings: Settings) -> int:
     if problems:
         raise ConfigError(problems)
     stop = threading.Event()
+    for key, src in sorted(settings.inherited.items()):
+        log.info("kubelet_config.inherited", key=key, source=src)
+    for conflict in settings.kubelet_conflicts:  # once, at start
+        log.warning("kubelet_config.conflict", message=conflict)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("signal", signal=signal.Signals(signum).name)
@@ -175,7 +179,7 @@ def run(settings: Settings) -> int:
         info = _wait_for_node(core, node, settings, stop)
         if info is None:
             return 0
-        settings = replace(settings, allocatable=info.allocatable)
+        settings = replace(settings, allocatable=info.allocatable, kubepods_size=info.kubepods)
         kubelet_version = info.kubelet_version
         log.info(
             "node",

@@ -27,6 +27,7 @@ class NodeInfo:
     allocatable: Resources | None
     allocatable_source: str  # how it was derived, for the start-up log line
     kubelet_version: str | None
+    kubepods: Resources | None = None  # capacity, when the kubelet sizes kubepods with it (no pods enforcement)
 
 
 def _minus(a: int | None, *bs: int | None) -> int | None:
@@ -71,6 +72,16 @@ def derive_allocatable(node: Mapping[str, Any], settings: Settings) -> tuple[Res
     return alloc, f"status.allocatable + evictionHard memory.available {settings.eviction_hard_memory}"
 
 
+def kubepods_size(node: Mapping[str, Any], settings: Settings) -> Resources | None:
+    """The Node's capacity when the kubelet does not enforce node allocatable on pods (it then sizes kubepods
+    with its capacity, createNodeAllocatableCgroups); None when it does (kubepods gets the allocatable)."""
+    if "pods" in settings.enforce_node_allocatable:
+        return None
+    status = node.get("status") if isinstance(node.get("status"), Mapping) else {}
+    assert isinstance(status, Mapping)
+    return resource_list(status.get("capacity"), "status.capacity")
+
+
 def node_info(node: Mapping[str, Any], settings: Settings) -> NodeInfo:
     meta = node.get("metadata") if isinstance(node.get("metadata"), Mapping) else {}
     status = node.get("status") if isinstance(node.get("status"), Mapping) else {}
@@ -79,7 +90,13 @@ def node_info(node: Mapping[str, Any], settings: Settings) -> NodeInfo:
     assert isinstance(info, Mapping)
     version = settings.kubelet_version or info.get("kubeletVersion")
     alloc, source = derive_allocatable(node, settings)
-    return NodeInfo(str(meta.get("name") or ""), alloc, source, version if isinstance(version, str) else None)
+    return NodeInfo(
+        str(meta.get("name") or ""),
+        alloc,
+        source,
+        version if isinstance(version, str) else None,
+        kubepods_size(node, settings),
+    )
 
 
 def read_node(core: Any, name: str) -> Mapping[str, Any]:

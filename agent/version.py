@@ -1,0 +1,51 @@
+"""The agent's version, commit and Python, for `kube-cgroup-agent version` and the logs.
+
+The version has one source: `pyproject.toml`, read back from the installed distribution's metadata. The
+commit comes from `KCG_COMMIT` (the image sets it at build time, where no git exists), else from the git
+checkout the package runs from, else "unknown".
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Final
+
+DIST: Final = "kube-cgroup-agent"
+
+
+def _version() -> str:
+    try:
+        return metadata.version(DIST)
+    except metadata.PackageNotFoundError:  # running from a source tree that was never installed
+        return "0+unknown"
+
+
+VERSION: Final = _version()
+
+
+def commit() -> str:
+    env = os.environ.get("KCG_COMMIT", "").strip()
+    if env:
+        return env
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return "unknown"
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def describe() -> str:
+    return f"kube-cgroup-agent {VERSION} (commit {commit()}, Python {platform.python_version()})"
