@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SAMPLE := agent/samples/node
 
-.PHONY: venv run test lint unit e2e e2e-v2 bench clean
+.PHONY: venv run test lint unit e2e e2e-v2 bench clean image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,11 @@ unit: venv
 
 test: lint unit
 
-e2e: venv
+# The agent's image as an OCI archive (dist/kube-cgroup-agent-image.tar), built without a registry or daemon.
+image: venv
+	bash deploy/image/build.sh
+
+e2e: venv image
 	bash tests/e2e/run.sh
 
 e2e-v2: venv
@@ -39,4 +43,4 @@ bench: venv
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

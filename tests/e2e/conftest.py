@@ -185,6 +185,9 @@ class PodRunner:
         qos: str = "burstable",
         name: str = "pod",
         command: tuple[str, ...] = ("/bin/sleep", "1000000"),
+        image: str | None = None,
+        args: tuple[str, ...] = (),
+        mounts: tuple[pb.Mount, ...] = (),
     ) -> Pod:
         uid = str(uuid.uuid4())
         tier = "" if qos == "guaranteed" else f"/{qos}"
@@ -216,8 +219,10 @@ class PodRunner:
         for cname, res in containers.items():
             cconfig = pb.ContainerConfig(
                 metadata=pb.ContainerMetadata(name=cname, attempt=0),
-                image=pb.ImageSpec(image=self.env.image),
+                image=pb.ImageSpec(image=image or self.env.image),
                 command=list(command),
+                args=list(args),
+                mounts=list(mounts),
                 log_path=f"{cname}.log",
                 labels={**labels, "io.kubernetes.container.name": cname},
                 linux=pb.LinuxContainerConfig(resources=res),

@@ -143,9 +143,17 @@ ctr -a "$SOCK" version >/dev/null
 ctr -a "$SOCK" -n k8s.io images import --snapshotter "$SNAP" "$D/image.tar" >/dev/null
 ctr -a "$SOCK" -n k8s.io images ls -q | grep -x "$IMAGE" >/dev/null  # grep -x, not -q: SIGPIPE + pipefail
 
+AGENT_TAR=${KCG_IMAGE_TAR:-$REPO/dist/kube-cgroup-agent-image.tar}
+AGENT_IMAGE=""
+if [ -f "$AGENT_TAR" ]; then  # the agent's own image (make image), run through CRI by test_image_e2e.py
+  step "agent image $(basename "$AGENT_TAR")"
+  ctr -a "$SOCK" -n k8s.io images import --snapshotter "$SNAP" "$AGENT_TAR" >/dev/null
+  AGENT_IMAGE=$(ctr -a "$SOCK" -n k8s.io images ls -q | grep -m1 'kube-cgroup-agent:' || true)
+fi
+
 step "pytest -m e2e tests/e2e"
 set +e
-CRI_E2E_ENDPOINT="unix://$SOCK" CRI_E2E_DIR="$D" CRI_E2E_CGROUP_ROOT="/$CG_ROOT" CRI_E2E_IMAGE="$IMAGE" \
+KCG_AGENT_IMAGE="$AGENT_IMAGE" CRI_E2E_ENDPOINT="unix://$SOCK" CRI_E2E_DIR="$D" CRI_E2E_CGROUP_ROOT="/$CG_ROOT" CRI_E2E_IMAGE="$IMAGE" \
   "$REPO/.venv/bin/pytest" -m e2e "$REPO/tests/e2e" ${PYTEST_ARGS:-}
 RC=$?
 set -e

@@ -1565,8 +1565,38 @@ class LinuxContainerConfig(_message.Message):
 Global___LinuxContainerConfig: _TypeAlias = LinuxContainerConfig  # noqa: Y015
 
 @_typing.final
+class Mount(_message.Message):
+    """A host path mounted into a container (the e2e tests run the agent's image with the host's cgroupfs,
+    as the DaemonSet mounts it). Omitted: selinux_relabel = 4, propagation = 5, uidMappings = 6,
+    gidMappings = 7, recursive_read_only = 8, image = 9, image_sub_path = 10.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTAINER_PATH_FIELD_NUMBER: _builtins.int
+    HOST_PATH_FIELD_NUMBER: _builtins.int
+    READONLY_FIELD_NUMBER: _builtins.int
+    container_path: _builtins.str
+    host_path: _builtins.str
+    readonly: _builtins.bool
+    def __init__(
+        self,
+        *,
+        container_path: _builtins.str = ...,
+        host_path: _builtins.str = ...,
+        readonly: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_path", b"container_path", "host_path", b"host_path", "readonly", b"readonly"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Mount: _TypeAlias = Mount  # noqa: Y015
+
+@_typing.final
 class ContainerConfig(_message.Message):
-    """Omitted: mounts = 7, devices = 8, windows = 16, CDI_devices = 17."""
+    """Omitted: devices = 8, windows = 16, CDI_devices = 17."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1616,6 +1646,7 @@ class ContainerConfig(_message.Message):
     ARGS_FIELD_NUMBER: _builtins.int
     WORKING_DIR_FIELD_NUMBER: _builtins.int
     ENVS_FIELD_NUMBER: _builtins.int
+    MOUNTS_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     ANNOTATIONS_FIELD_NUMBER: _builtins.int
     LOG_PATH_FIELD_NUMBER: _builtins.int
@@ -1639,6 +1670,8 @@ class ContainerConfig(_message.Message):
     @_builtins.property
     def envs(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyValue]: ...
     @_builtins.property
+    def mounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Mount]: ...
+    @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
@@ -1653,6 +1686,7 @@ class ContainerConfig(_message.Message):
         args: _abc.Iterable[_builtins.str] | None = ...,
         working_dir: _builtins.str = ...,
         envs: _abc.Iterable[Global___KeyValue] | None = ...,
+        mounts: _abc.Iterable[Global___Mount] | None = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         log_path: _builtins.str = ...,
@@ -1663,7 +1697,7 @@ class ContainerConfig(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "linux", b"linux", "metadata", b"metadata"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "args", b"args", "command", b"command", "envs", b"envs", "image", b"image", "labels", b"labels", "linux", b"linux", "log_path", b"log_path", "metadata", b"metadata", "stdin", b"stdin", "stdin_once", b"stdin_once", "tty", b"tty", "working_dir", b"working_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "args", b"args", "command", b"command", "envs", b"envs", "image", b"image", "labels", b"labels", "linux", b"linux", "log_path", b"log_path", "metadata", b"metadata", "mounts", b"mounts", "stdin", b"stdin", "stdin_once", b"stdin_once", "tty", b"tty", "working_dir", b"working_dir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
