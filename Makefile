@@ -20,7 +20,7 @@ run: venv
 	@$(BIN)/kube-cgroup-agent diff --config $(SAMPLE)/config.yaml; rc=$$?; [ $$rc -le 1 ] || exit $$rc
 
 lint: venv
-	$(BIN)/ruff check agent cgroupfs tests bench proto
+	$(BIN)/ruff check agent cgroupfs tests bench proto deploy
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -31,7 +31,7 @@ def _layer_tar(root: Path, epoch: int) -> bytes:
             dirnames.sort()
             rel_dir = Path(dirpath).relative_to(root)
             names = sorted([*dirnames, *filenames])
-            if rel_dir != Path("."):
+            if rel_dir != Path():
                 _add(tar, root, rel_dir, epoch)
             for name in names:
                 full = Path(dirpath) / name

@@ -103,8 +103,10 @@ def test_the_daemonset_runs_everywhere_with_only_the_privileges_it_needs() -> No
         "cgroupfs": "/sys/fs/cgroup",
         "cri-socket": "/run/containerd/containerd.sock",
         "state": "/var/lib/kube-cgroup-agent",
+        "kubelet-config": "/var/lib/kubelet/config.yaml",
     }
     assert mounts["cgroupfs"] == "/host/sys/fs/cgroup"
+    assert mounts["kubelet-config"] == "/host/var/lib/kubelet/config.yaml"
 
 
 def test_the_configmap_is_a_valid_agent_config() -> None:
