@@ -74,6 +74,18 @@ class Metrics:
             ["kind", "outcome"],
             registry=r,
         )
+        self.ready = Gauge(
+            f"{PREFIX}_ready",
+            "1 when the agent is ready (its first pod list is in and the tiers were reconciled), as /readyz says.",
+            registry=r,
+        )
+        self.build_info = Gauge(
+            f"{PREFIX}_build_info", "Always 1; the labels say which build runs.", ["version", "commit"], registry=r
+        )
+
+    def follow_readiness(self, ready: Callable[[], tuple[bool, str]]) -> None:
+        """The ready gauge asks the same question as /readyz, at each scrape."""
+        self.ready.set_function(lambda: 1.0 if ready()[0] else 0.0)
 
     def set_resize_states(self, counts: dict[str, int]) -> None:
         for state in RESIZE_STATES:

@@ -214,6 +214,10 @@ def run(settings: Settings) -> int:
         sources=(*DEFAULT_SOURCES, *context.sources),
     )
     context.refresh = daemon.refresh
+    metrics.follow_readiness(daemon.ready)
+    from agent.version import VERSION, commit
+
+    metrics.build_info.labels(VERSION, commit()).set(1)
     endpoints = Endpoints(
         metrics,
         Probe(daemon.healthy, daemon.ready),
