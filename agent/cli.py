@@ -135,6 +135,14 @@ def parser() -> argparse.ArgumentParser:
     _common(c, pods=False)
     c.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
+    rec = sub.add_parser("recommend", help="VPA's recommendation per pod and container, from this node or a trace")
+    _common(rec, pods=False)
+    rec.add_argument("--samples", help="compute from a recorded trace (JSON lines; - for stdin) instead of the node")
+    rec.add_argument("--now", type=float, help="UNIX seconds: containers unseen for the memory window are dropped")
+    rec.add_argument("--record", help="sample this node and write the trace to this file (see --duration)")
+    rec.add_argument("--duration", type=float, default=60.0, help="seconds to record (default 60)")
+    rec.add_argument("--output", "-o", choices=["table", "json"], default="table")
+
     r = sub.add_parser("run", help="the daemon: watch the node's pods and reconcile continuously")
     _common(r)
     r.add_argument("--metrics-bind-address", help="host:port for /metrics (default 127.0.0.1:9812)")
@@ -234,6 +242,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return code
 
 
+def _cmd_recommend(args: argparse.Namespace) -> int:
+    settings = build_settings(args)
+    if args.record:
+        from agent.recommender.sampler import record
+
+        return record(settings, Path(args.record), args.duration)
+    from agent.recommender.cli import run
+
+    return run(settings.recommender, settings.state_dir, args.samples, args.now, args.output)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from agent.daemon import run
 
@@ -246,6 +265,7 @@ COMMANDS = {
     "explain": _cmd_explain,
     "apply": _cmd_apply,
     "check": _cmd_check,
+    "recommend": _cmd_recommend,
     "run": _cmd_run,
 }
 

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from agent.compute import ComputeConfig
 from agent.model import CPUWeightFormula, Resources
+from agent.recommender.config import RecommenderSettings, parse_recommender
 from cgroupfs.naming import parse_cgroup_root
 from cgroupfs.types import CgroupName, DriverKind, NameError_
 
@@ -77,6 +78,7 @@ class Settings:
         None  # set by the daemon from the Node's capacity when not enforcing pods
     )
     explicit: frozenset[str] = frozenset()
+    recommender: RecommenderSettings = field(default_factory=RecommenderSettings)  # the local recommender
     inherited: Mapping[str, str] = field(
         default_factory=dict
     )  # config key -> the kubelet config it came from
@@ -334,6 +336,7 @@ _KEYS: Final[dict[str, tuple[str, Any]]] = {
     "kubeletConfig": ("kubelet_config", lambda v: Path(_str(v))),
     "cgroupsPerQOS": ("cgroups_per_qos", _bool),
     "enforceNodeAllocatable": ("enforce_node_allocatable", _enforce),
+    "recommender": ("recommender", parse_recommender),
 }
 _PATH_KEYS: Final = {"cgroupfs", "pods", "stateDir", "kubeconfig", "kubeletConfig"}
 KUBELET_KEYS: Final = (

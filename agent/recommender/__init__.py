@@ -1,0 +1,6 @@
+"""The local recommender: VPA's recommendation model on the node, fed from the kernel's own counters.
+
+`histogram` (VPA's decaying exponential histogram), `model` (one container's history: CPU samples, memory
+peaks per interval, OOMs), `estimate` (percentiles, margin, confidence, minimums), `state` (the node's
+histories), `trace` (recorded samples), `store` (atomic persistence), `render`, `cli`.
+"""

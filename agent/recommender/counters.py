@@ -1,0 +1,124 @@
+"""Kernel counters of one container to samples (pure): the file names per cgroup version, how each file
+parses, and how two readings a tick apart become a CPU rate, a working set, a throttling ratio and OOM kills.
+
+v1: cpuacct.usage (ns), cpu.stat (nr_periods, nr_throttled, throttled_time), memory.usage_in_bytes,
+memory.stat (total_inactive_file), memory.max_usage_in_bytes, memory.oom_control (oom_kill).
+v2: cpu.stat (usage_usec, nr_periods, nr_throttled), memory.current, memory.stat (inactive_file),
+memory.peak, memory.events (oom_kill). Working set = usage − inactive file, as cAdvisor defines it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """One reading of a container's counters; None where the file was absent or unreadable."""
+
+    cpu_usage_ns: int | None = None
+    nr_periods: int | None = None
+    nr_throttled: int | None = None
+    memory_usage: int | None = None
+    inactive_file: int | None = None
+    memory_peak: int | None = None
+    oom_kills: int | None = None
+
+
+def _kv(text: str | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def _int(text: str | None) -> int | None:
+    t = (text or "").strip()
+    return int(t) if t.isdigit() else None
+
+
+def parse_v1(files: Mapping[str, str | None]) -> Counters:
+    """`files` maps the v1 file names to their text."""
+    cpu = _kv(files.get("cpu.stat"))
+    stat = _kv(files.get("memory.stat"))
+    oom = _kv(files.get("memory.oom_control"))
+    return Counters(
+        cpu_usage_ns=_int(files.get("cpuacct.usage")),
+        nr_periods=cpu.get("nr_periods"),
+        nr_throttled=cpu.get("nr_throttled"),
+        memory_usage=_int(files.get("memory.usage_in_bytes")),
+        inactive_file=stat.get("total_inactive_file", stat.get("inactive_file")),
+        memory_peak=_int(files.get("memory.max_usage_in_bytes")),
+        oom_kills=oom.get("oom_kill"),
+    )
+
+
+def parse_v2(files: Mapping[str, str | None]) -> Counters:
+    cpu = _kv(files.get("cpu.stat"))
+    stat = _kv(files.get("memory.stat"))
+    events = _kv(files.get("memory.events"))
+    usage_usec = cpu.get("usage_usec")
+    return Counters(
+        cpu_usage_ns=usage_usec * 1000 if usage_usec is not None else None,
+        nr_periods=cpu.get("nr_periods"),
+        nr_throttled=cpu.get("nr_throttled"),
+        memory_usage=_int(files.get("memory.current")),
+        inactive_file=stat.get("inactive_file"),
+        memory_peak=_int(files.get("memory.peak")),
+        oom_kills=events.get("oom_kill"),
+    )
+
+
+V1_FILES = {
+    "cpuacct": ("cpuacct.usage",),
+    "cpu": ("cpu.stat",),
+    "memory": ("memory.usage_in_bytes", "memory.stat", "memory.max_usage_in_bytes", "memory.oom_control"),
+}
+V2_FILES = ("cpu.stat", "memory.current", "memory.stat", "memory.peak", "memory.events")
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What one tick saw of one container."""
+
+    cpu_cores: float | None  # average over the interval since the previous reading
+    working_set: int | None
+    throttled_fraction: float | None  # of the CFS periods in the interval
+    new_oom_kills: int
+
+
+def working_set(c: Counters) -> int | None:
+    if c.memory_usage is None:
+        return None
+    return max(c.memory_usage - (c.inactive_file or 0), 0)
+
+
+def observe(previous: Counters | None, current: Counters, elapsed_s: float) -> Observation:
+    """A CPU rate needs two readings; a counter that went backwards (a restarted container) gives none."""
+    cores = throttled = None
+    kills = 0
+    if previous is not None and elapsed_s > 0:
+        if previous.cpu_usage_ns is not None and current.cpu_usage_ns is not None and current.cpu_usage_ns >= previous.cpu_usage_ns:
+            cores = (current.cpu_usage_ns - previous.cpu_usage_ns) / 1e9 / elapsed_s
+        if None not in (previous.nr_periods, current.nr_periods, previous.nr_throttled, current.nr_throttled):
+            assert previous.nr_periods is not None and current.nr_periods is not None
+            assert previous.nr_throttled is not None and current.nr_throttled is not None
+            periods = current.nr_periods - previous.nr_periods
+            if periods > 0:
+                throttled = max(current.nr_throttled - previous.nr_throttled, 0) / periods
+        if previous.oom_kills is not None and current.oom_kills is not None:
+            kills = max(current.oom_kills - previous.oom_kills, 0)
+    return Observation(cores, working_set(current), throttled, kills)
+
+
+def cpu_sample(obs: Observation, cpu_limit_cores: float | None, starvation: bool, threshold: float) -> float | None:
+    """The CPU sample: usage, or — with starvation on and the container throttled in more than `threshold` of
+    its periods — its limit, since throttling hides its real demand."""
+    if obs.cpu_cores is None:
+        return None
+    if starvation and cpu_limit_cores and obs.throttled_fraction is not None and obs.throttled_fraction > threshold:
+        return max(obs.cpu_cores, cpu_limit_cores)
+    return obs.cpu_cores
