@@ -214,6 +214,7 @@ def run(settings: Settings) -> int:
         sources=(*DEFAULT_SOURCES, *context.sources),
     )
     context.refresh = daemon.refresh
+    context.pods = daemon.views
     metrics.follow_readiness(daemon.ready)
     from agent.version import VERSION, commit
 

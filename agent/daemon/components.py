@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from agent.daemon.ownership import Ownership
 from agent.metrics import Metrics
+from agent.model import PodView
 from agent.settings import Settings
 from agent.sources import Source
 
@@ -31,6 +32,7 @@ class DaemonContext:
     cri: Any | None  # the CRI client, or None
     sources: list[Source] = field(default_factory=list)  # extra sources of desired state (add before start)
     refresh: Callable[[Iterable[str] | None], None] = lambda uids: None  # set by the daemon
+    pods: Callable[[], list[PodView]] = list  # the node's pods as last seen (set by the daemon)
 
 
 class Component(Protocol):
@@ -50,4 +52,6 @@ ComponentFactory = Callable[[DaemonContext], Component | None]
 
 def factories() -> list[ComponentFactory]:
     """Every component the daemon knows, in start order. Each decides from the settings if it runs."""
-    return []
+    from agent.recommender.component import recommender_component
+
+    return [recommender_component]

@@ -167,6 +167,10 @@ class Daemon:
 
     # -- workers -------------------------------------------------------------------------------------
 
+    def views(self) -> list[PodView]:
+        """The node's pods as last seen (for components beside the loop)."""
+        return self._views()
+
     def _views(self) -> list[PodView]:
         """Every pod bound here, terminal ones too: they count in the tiers until known gone."""
         with self._lock:

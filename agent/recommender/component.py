@@ -1,0 +1,91 @@
+"""The recommender beside the daemon's pod loop: a thread that samples the node every `sampleInterval`
+(one read pass), feeds the histories, saves them every minute (and at stop), and reacts to an OOM kill at
+once (a log line, a metric, and the `on_oom` hooks — the VPA actuator's way in)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.daemon.components import Component, DaemonContext
+from agent.logging import get_logger
+from agent.recommender.sampler import Sampler, Target, reader_for, targets
+from agent.recommender.state import RecommenderState
+from agent.recommender.store import load, save
+
+log = get_logger("agent.recommender")
+SAVE_EVERY_S = 60.0
+
+
+@dataclass(slots=True)
+class RecommenderComponent:
+    context: DaemonContext
+    state: RecommenderState
+    sampler: Sampler
+    path: Path
+    clock: Callable[[], float] = time.time
+    on_oom: list[Callable[[Target], None]] = field(default_factory=list)
+    name: str = "recommender"
+    _thread: threading.Thread | None = None
+
+    def tick(self) -> int:
+        now = self.clock()
+        settings = self.context.settings
+        wanted = targets(self.context.pods(), settings, self.context.env.hierarchy)
+        samples, oomed = self.sampler.tick(now, wanted)
+        for s in samples:
+            self.state.observe(s)
+        for t in oomed:
+            log.warning("recommender.oom", pod=t.pod, container=t.container, reacted=settings.recommender.react_to_oom)
+            self.context.metrics.errors.labels("ContainerOOMKilled").inc()
+            if settings.recommender.react_to_oom:
+                for hook in self.on_oom:
+                    hook(t)
+        return len(samples)
+
+    def _loop(self, stop: threading.Event) -> None:
+        interval = self.context.settings.recommender.sample_interval_s
+        last_save = time.monotonic()
+        while not stop.wait(interval):
+            try:
+                self.tick()
+            except Exception as err:  # a bad tick must not end the sampler: log it, go on
+                log.warning("recommender.tick_failed", error=f"{type(err).__name__}: {err}")
+            if time.monotonic() - last_save >= SAVE_EVERY_S:
+                self.persist()
+                last_save = time.monotonic()
+        self.persist()
+
+    def persist(self) -> None:
+        self.state.forget_older_than(self.clock())
+        try:
+            size = save(self.path, self.state)
+        except OSError as err:
+            log.warning("recommender.save_failed", path=str(self.path), error=err.strerror)
+            return
+        n = len(self.state.histories)
+        log.debug("recommender.saved", containers=n, bytes=size, bytes_per_container=size // n if n else 0)
+
+    def start(self, stop: threading.Event) -> None:
+        self._thread = threading.Thread(target=self._loop, args=(stop,), name="recommender", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+
+def recommender_component(context: DaemonContext) -> Component | None:
+    settings = context.settings
+    if not settings.recommender.enabled:
+        return None
+    path = settings.state_dir / settings.recommender.state_file
+    state, warning = load(path, settings.recommender)
+    if warning:
+        log.warning("recommender.state", message=warning)
+    sampler = Sampler(reader_for(settings, context.env.hierarchy), settings.recommender.cpu_starvation,
+                      settings.recommender.throttle_threshold)
+    return RecommenderComponent(context, state, sampler, path)
