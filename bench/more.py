@@ -20,9 +20,10 @@ Figure = Callable[[int], dict[str, Any]]
 
 
 def figures() -> dict[str, Figure]:
-    from bench import containerd, daemon, incremental, tiers, writes
+    from bench import containerd, daemon, incremental, recommender, tiers, writes
 
     return {
+        "recommender": recommender.run,
         "incremental": incremental.run,
         "writes": writes.run,
         "containerd": containerd.run,
@@ -31,7 +32,7 @@ def figures() -> dict[str, Figure]:
     }
 
 
-NUMBERS = {"diff_process": 1, "incremental": 2, "writes": 3, "containerd": 4, "daemon": 5, "tiers": 6}
+NUMBERS = {"diff_process": 1, "incremental": 2, "writes": 3, "containerd": 4, "daemon": 5, "tiers": 6, "recommender": 7}
 
 
 def _ms(seconds: float) -> str:
@@ -519,6 +520,12 @@ def _tiers(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _recommender(data: dict[str, Any]) -> list[str]:
+    from bench import recommender
+
+    return recommender.markdown(data)
+
+
 def markdown(results: Path) -> list[str]:
     lines: list[str] = []
     for name, render in (
@@ -527,6 +534,7 @@ def markdown(results: Path) -> list[str]:
         ("containerd", _containerd),
         ("daemon", _daemon),
         ("tiers", _tiers),
+        ("recommender", _recommender),
     ):
         data = _load(results, name)
         if data is not None:
