@@ -160,3 +160,10 @@ def test_config_keys_are_named_as_vpa_flags() -> None:
         parse_recommender({"bogus": 1})
     with pytest.raises(ValueError, match="targetCpuPercentile must be in"):
         parse_recommender({"targetCpuPercentile": 2})
+
+
+def test_the_readme_example_is_what_the_sample_trace_gives(capsys: pytest.CaptureFixture[str]) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    assert main(["recommend", "--samples", str(repo / "agent/samples/recommender/trace.jsonl")]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out in (repo / "README.md").read_text()
