@@ -141,6 +141,10 @@ class PodView:
     # Which source (agent.sources) decided each resource field that is not the spec's own, e.g.
     # {"containers/app/limits/cpu": "resize-annotation"}; empty when the spec decided everything.
     provenance: Mapping[str, str] = field(default_factory=dict)
+    # The controller that owns the pod (metadata.ownerReferences with controller: true), as (kind, name),
+    # and the pod's labels: what a VPA's targetRef or a workload is matched against.
+    owner: tuple[str, str] | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

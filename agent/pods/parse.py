@@ -157,6 +157,18 @@ def _statuses(raw: object, key: str) -> tuple[ContainerStatusView, ...]:
     return tuple(out)
 
 
+def _controller_owner(meta: Mapping[str, Any]) -> tuple[str, str] | None:
+    refs = meta.get("ownerReferences")
+    if not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            kind, name = ref.get("kind"), ref.get("name")
+            if isinstance(kind, str) and isinstance(name, str):
+                return kind, name
+    return None
+
+
 def _pod_level_source(spec: Mapping[str, Any], provenance: Mapping[tuple[str, ...], str]) -> str | None:
     if spec.get("resources") is None:
         return None
@@ -296,5 +308,7 @@ def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCE
         pod_level_source=source,
         status_qos=status_qos,
         provenance={field_label(path): src for path, src in merged.provenance.items()},
+        owner=_controller_owner(meta),
+        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()} if isinstance(meta.get("labels"), Mapping) else {},
     )
     return _default_pod_level(pod)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agent.daemon.components import Component, DaemonContext
 from agent.logging import get_logger
+from agent.recommender.publish import RECOMMENDER_INTERVAL_S, Publisher
 from agent.recommender.sampler import Sampler, Target, reader_for, targets
 from agent.recommender.state import RecommenderState
 from agent.recommender.store import load, save
@@ -28,6 +29,7 @@ class RecommenderComponent:
     path: Path
     clock: Callable[[], float] = time.time
     on_oom: list[Callable[[Target], None]] = field(default_factory=list)
+    publisher: Publisher | None = None  # with an API: the VPAs that name this recommender
     name: str = "recommender"
     _thread: threading.Thread | None = None
 
@@ -48,12 +50,19 @@ class RecommenderComponent:
 
     def _loop(self, stop: threading.Event) -> None:
         interval = self.context.settings.recommender.sample_interval_s
-        last_save = time.monotonic()
+        last_save = last_publish = time.monotonic()
         while not stop.wait(interval):
             try:
                 self.tick()
             except Exception as err:  # a bad tick must not end the sampler: log it, go on
                 log.warning("recommender.tick_failed", error=f"{type(err).__name__}: {err}")
+            if self.publisher is not None and time.monotonic() - last_publish >= RECOMMENDER_INTERVAL_S:
+                last_publish = time.monotonic()
+                try:
+                    for vpa in self.publisher.step():
+                        log.info("recommender.published", vpa=vpa)
+                except Exception as err:  # the API may be down: the partials go out at the next interval
+                    log.warning("recommender.publish_failed", error=f"{type(err).__name__}: {err}")
             if time.monotonic() - last_save >= SAVE_EVERY_S:
                 self.persist()
                 last_save = time.monotonic()
@@ -88,4 +97,7 @@ def recommender_component(context: DaemonContext) -> Component | None:
         log.warning("recommender.state", message=warning)
     sampler = Sampler(reader_for(settings, context.env.hierarchy), settings.recommender.cpu_starvation,
                       settings.recommender.throttle_threshold)
-    return RecommenderComponent(context, state, sampler, path)
+    publisher = None
+    if context.api is not None and context.node:
+        publisher = Publisher(context.api, context.node, state, context.pods)
+    return RecommenderComponent(context, state, sampler, path, publisher=publisher)

@@ -24,6 +24,7 @@ MODELS = {
     "ClusterRoleBinding": "V1ClusterRoleBinding",
     "ConfigMap": "V1ConfigMap",
     "DaemonSet": "V1DaemonSet",
+    "CustomResourceDefinition": "V1CustomResourceDefinition",
 }
 
 
@@ -48,7 +49,8 @@ def test_every_document_is_a_valid_object_of_its_kind() -> None:
     assert sorted(d["kind"] for d in DOCS) == sorted(MODELS)
     for doc in DOCS:
         obj = _model(doc)
-        assert obj.metadata.name == "kube-cgroup-agent"
+        expected = "recommendationpartials.kube-cgroup-agent.io" if doc["kind"] == "CustomResourceDefinition" else "kube-cgroup-agent"
+        assert obj.metadata.name == expected
 
 
 def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
@@ -68,6 +70,15 @@ def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
         ("", "nodes", "get"),
         ("", "events", "create"),
         ("", "events", "patch"),
+        # the local recommender (agent/recommender/publish.py)
+        ("autoscaling.k8s.io", "verticalpodautoscalers", "list"),
+        ("autoscaling.k8s.io", "verticalpodautoscalers/status", "patch"),
+        ("kube-cgroup-agent.io", "recommendationpartials", "list"),
+        ("kube-cgroup-agent.io", "recommendationpartials", "create"),
+        ("kube-cgroup-agent.io", "recommendationpartials", "patch"),
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
     }
     assert all(not r.resource_names and not r.non_resource_urls for r in role.rules)
     binding = _one("ClusterRoleBinding")

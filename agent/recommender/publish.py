@@ -1,0 +1,214 @@
+"""Cluster-wide recommendations with no central recommender: for every VPA that names `kube-cgroup-agent` in
+`spec.recommenders`, each node publishes its partial histories (one RecommendationPartial object per VPA and
+node, holding per container the histograms VPA's checkpoints hold), and one node per VPA — the holder of the
+Lease `kcg-rec-<vpa>` — merges every node's partials (decaying histograms with a common reference add) and
+writes `status.recommendation` and the conditions RecommendationProvided / LowConfidence, at most once per
+`recommenderInterval`. When the holder dies, its Lease expires and another node takes over within one lease
+period; nothing is lost, since the partials live in the API.
+
+Why a CRD of the project's own and not VerticalPodAutoscalerCheckpoint: the VPA recommender loads and
+garbage-collects checkpoints; objects it does not own must not look like its own. The pure parts (which
+pods a VPA selects, merging, the status) are functions; `Publisher.step` is the shell.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from agent.model import PodView
+from agent.recommender.config import RecommenderSettings
+from agent.recommender.estimate import recommend
+from agent.recommender.model import ContainerHistory
+from agent.recommender.render import as_vpa
+from agent.recommender.state import ContainerRecommendation, RecommenderState
+
+RECOMMENDER_NAME: Final = "kube-cgroup-agent"
+VPA: Final = ("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
+PARTIAL: Final = ("kube-cgroup-agent.io", "v1alpha1", "recommendationpartials")
+LABEL_VPA: Final = "kube-cgroup-agent.io/vpa"
+LABEL_NODE: Final = "kube-cgroup-agent.io/node"
+LEASE_SECONDS: Final = 30
+RECOMMENDER_INTERVAL_S: Final = 60.0  # VPA's --recommender-interval: at most one status write per VPA per interval
+
+
+# ---- pure ----
+
+def names_us(vpa: Mapping[str, Any]) -> bool:
+    recs = (vpa.get("spec") or {}).get("recommenders") or []
+    return any(isinstance(r, Mapping) and r.get("name") == RECOMMENDER_NAME for r in recs)
+
+
+def selects(vpa: Mapping[str, Any], pod: PodView) -> bool:
+    """Whether the VPA's targetRef controls the pod: its controller directly (StatefulSet, DaemonSet, Job,
+    ReplicaSet...), or a Deployment through its ReplicaSet, whose name is the Deployment's plus the pod's
+    `pod-template-hash` — exact, with no API call."""
+    ref = (vpa.get("spec") or {}).get("targetRef") or {}
+    if pod.namespace != (vpa.get("metadata") or {}).get("namespace") or pod.owner is None:
+        return False
+    kind, name = pod.owner
+    if (kind, name) == (ref.get("kind"), ref.get("name")):
+        return True
+    template_hash = pod.labels.get("pod-template-hash")
+    return ref.get("kind") == "Deployment" and kind == "ReplicaSet" and name == f"{ref.get('name')}-{template_hash}"
+
+
+def partial(state: RecommenderState, pods: Iterable[PodView]) -> dict[str, ContainerHistory]:
+    """This node's history per container name, merged over the VPA's pods here."""
+    out: dict[str, ContainerHistory] = {}
+    for pod in pods:
+        for (key, container), h in state.histories.items():
+            if key != pod.key:
+                continue
+            merged = out.setdefault(container, ContainerHistory(state.settings))
+            merged.merge(h)
+    return out
+
+
+def merge_partials(settings: RecommenderSettings, docs: Iterable[Mapping[str, Any]]) -> dict[str, ContainerHistory]:
+    out: dict[str, ContainerHistory] = {}
+    for doc in docs:
+        containers = ((doc.get("spec") or {}).get("containers")) or {}
+        for name, data in containers.items():
+            h = ContainerHistory.from_dict(settings, data)
+            out.setdefault(name, ContainerHistory(settings)).merge(h)
+    return out
+
+
+def status_for(settings: RecommenderSettings, merged: Mapping[str, ContainerHistory], now: float) -> dict[str, Any]:
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    items = [
+        ContainerRecommendation("", name, recommend(h, settings, len(merged)))
+        for name, h in sorted(merged.items())
+        if not (h.cpu.is_empty() and h.memory.is_empty())
+    ]
+    low = [i.container for i in items if i.recommendation.confidence < 1.0]
+    conditions = [
+        {"type": "RecommendationProvided", "status": "True" if items else "False", "lastTransitionTime": stamp,
+         "reason": "" if items else "NoSamples", "message": "" if items else "no usage samples from any node yet"},
+        {"type": "LowConfidence", "status": "True" if low else "False", "lastTransitionTime": stamp,
+         "reason": "ShortHistory" if low else "", "message": f"less than a day of samples: {', '.join(low)}" if low else ""},
+    ]
+    return {"recommendation": {"containerRecommendations": [as_vpa(i) for i in items]}, "conditions": conditions}
+
+
+def _micro(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_micro(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None  # an unreadable renewTime counts as expired
+
+
+# ---- shell ----
+
+@dataclass(slots=True)
+class Publisher:
+    api: Any  # kubernetes.client.ApiClient
+    node: str
+    state: RecommenderState
+    pods: Callable[[], Sequence[PodView]]
+    clock: Callable[[], float] = time.time
+    _written: dict[str, float] = field(default_factory=dict)  # VPA key -> when its status was last written
+    writes: int = 0
+
+    def _custom(self) -> Any:
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api)
+
+    def step(self) -> list[str]:
+        """Publish this node's partials; for every VPA whose Lease this node holds, merge and write the
+        status (rate-limited). Returns the VPAs whose status was written."""
+        from kubernetes.client.exceptions import ApiException
+
+        co = self._custom()
+        try:
+            vpas = [v for v in co.list_cluster_custom_object(*VPA)["items"] if names_us(v)]
+        except ApiException as err:
+            if err.status == 404:
+                return []  # no VPA CRD: nothing to publish for
+            raise
+        written: list[str] = []
+        pods = list(self.pods())
+        for vpa in vpas:
+            ns, name = vpa["metadata"]["namespace"], vpa["metadata"]["name"]
+            mine = partial(self.state, [p for p in pods if selects(vpa, p)])
+            if mine:
+                self._publish(co, ns, name, mine)
+            if self._lead(ns, name) and self.clock() - self._written.get(f"{ns}/{name}", -1e18) >= RECOMMENDER_INTERVAL_S:
+                docs = co.list_namespaced_custom_object(*PARTIAL[:2], ns, PARTIAL[2], label_selector=f"{LABEL_VPA}={name}")["items"]
+                merged = merge_partials(self.state.settings, docs)
+                co.patch_namespaced_custom_object_status(*VPA[:2], ns, VPA[2], name, {"status": status_for(self.state.settings, merged, self.clock())})
+                self._written[f"{ns}/{name}"] = self.clock()
+                self.writes += 1
+                written.append(f"{ns}/{name}")
+        return written
+
+    def _publish(self, co: Any, ns: str, vpa: str, mine: Mapping[str, ContainerHistory]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        obj_name = f"{vpa}-{self.node}"[:253]
+        body = {
+            "apiVersion": f"{PARTIAL[0]}/{PARTIAL[1]}",
+            "kind": "RecommendationPartial",
+            "metadata": {"name": obj_name, "namespace": ns, "labels": {LABEL_VPA: vpa, LABEL_NODE: self.node}},
+            "spec": {"vpaName": vpa, "node": self.node, "updated": _micro(self.clock()),
+                     "containers": json.loads(json.dumps({c: h.to_dict() for c, h in mine.items()}))},
+        }
+        try:
+            co.patch_namespaced_custom_object(*PARTIAL[:2], ns, PARTIAL[2], obj_name, {"spec": body["spec"]})
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            co.create_namespaced_custom_object(*PARTIAL[:2], ns, PARTIAL[2], body)
+
+    def _lead(self, ns: str, vpa: str) -> bool:
+        """Hold (or take over an expired) Lease `kcg-rec-<vpa>`; a conflict means another node won."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        co: Any = client.CoordinationV1Api(self.api)
+        name, now = f"kcg-rec-{vpa}"[:253], self.clock()
+        try:
+            lease = co.read_namespaced_lease(name, ns, _preload_content=False)
+            data = json.loads(lease.data)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            body = {"metadata": {"name": name, "namespace": ns}, "spec": {
+                "holderIdentity": self.node, "leaseDurationSeconds": LEASE_SECONDS, "acquireTime": _micro(now), "renewTime": _micro(now)}}
+            try:
+                co.create_namespaced_lease(ns, body)
+                return True
+            except ApiException as create_err:
+                if create_err.status == 409:
+                    return False
+                raise
+        spec = data.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        renewed = _parse_micro(spec.get("renewTime")) or 0.0
+        expired = renewed + float(spec.get("leaseDurationSeconds") or LEASE_SECONDS) < now
+        if holder != self.node and not expired:
+            return False
+        spec = {**spec, "holderIdentity": self.node, "renewTime": _micro(now), "leaseDurationSeconds": LEASE_SECONDS}
+        if holder != self.node:
+            spec["acquireTime"] = _micro(now)
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+        data["spec"] = spec
+        try:
+            co.replace_namespaced_lease(name, ns, data)
+        except ApiException as err:
+            if err.status == 409:
+                return False  # another node renewed or took it first
+            raise
+        return True
