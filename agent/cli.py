@@ -92,17 +92,16 @@ def build_settings(args: argparse.Namespace) -> Settings:
     from agent.settings import ConfigError
 
     settings = from_mapping(flags, base, relative_to=Path.cwd()) if flags else base
-    if (
-        settings.kubelet_config is None
-        and getattr(args, "command", None) == "check"
-        and KUBELET_CONFIG.is_file()
-    ):
-        # check's default source; a file it cannot use is one of its findings, not a reason to stop
-        try:
-            return inherit(replace(settings, kubelet_config=KUBELET_CONFIG))
-        except ConfigError:
-            return settings
-    return inherit(settings)
+    if getattr(args, "command", None) != "check":
+        return inherit(settings)
+    # check reads the kubelet's default file when none is named; a file it cannot use (absent, invalid) is one
+    # of its findings, reported as a check, not a reason to stop
+    if settings.kubelet_config is None and KUBELET_CONFIG.is_file():
+        settings = replace(settings, kubelet_config=KUBELET_CONFIG)
+    try:
+        return inherit(settings)
+    except ConfigError:
+        return settings
 
 
 def parser() -> argparse.ArgumentParser:

@@ -125,3 +125,13 @@ def test_version_names_version_commit_and_python(capsys: pytest.CaptureFixture[s
     assert main(["version"]) == 0
     out = capsys.readouterr().out.strip()
     assert out.startswith(f"kube-cgroup-agent {metadata.version('kube-cgroup-agent')} (commit 0123abcd, Python 3.")
+
+
+def test_check_reports_an_absent_kubelet_file_as_a_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "cpu").mkdir()
+    absent = tmp_path / "no-kubelet.yaml"
+    main(["check", "--cgroupfs", str(tmp_path), "--kubelet-config", str(absent), "--output", "json"])
+    out = capsys.readouterr()
+    checks = json.loads(out.out)
+    assert not out.err
+    assert any("no kubelet config" in c["detail"] for c in checks)
