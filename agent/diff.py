@@ -197,17 +197,37 @@ def diff(comp: NodeComputation, files: Iterable[DesiredFile], observed: Observat
 
 
 def not_yet_created(node: NodeDiff) -> tuple[NodeDiff, tuple[str, ...]]:
-    """Drop pods whose cgroup the kubelet has not created yet, and containers whose cgroup is gone or
-    not there yet: nothing to do for them now and no error either; they are reconciled when they appear.
-    Returns the reduced diff and the keys of the waiting pods."""
+    """Drop pods whose cgroup the kubelet has not created yet, containers whose cgroup is gone or not there
+    yet, and QoS tiers whose cgroup does not exist (yet): nothing to do for them now and no error either;
+    they are reconciled when they appear. A missing cgroup holds nothing and limits nothing, so leaving its
+    values out cannot expose a child above its parent, and every other pod's values are still written.
+    Returns the reduced diff (with one warning per missing tier) and the keys of the waiting pods."""
     waiting = {
         f.desired.pod
         for f in node.files
         if f.desired.owner is Owner.POD and not f.dir_exists and f.desired.pod is not None
     }
+    missing_tiers = sorted(
+        {
+            str(f.desired.setting.cgroup)
+            for f in node.files
+            if f.desired.owner is Owner.TIER and not f.dir_exists
+        }
+    )
     kept = tuple(
         f
         for f in node.files
-        if f.desired.pod not in waiting and (f.desired.owner is not Owner.CONTAINER or f.dir_exists)
+        if f.desired.pod not in waiting and (f.desired.owner is Owner.POD or f.dir_exists)
     )
-    return NodeDiff(kept, node.warnings, node.errors, node.computation), tuple(sorted(waiting))
+    warnings = (
+        *node.warnings,
+        *(
+            Problem(
+                None,
+                f"QoS cgroup {name} does not exist yet (the kubelet creates it; createQOSCgroups on a "
+                "bare node): its values are written once it appears",
+            )
+            for name in missing_tiers
+        ),
+    )
+    return NodeDiff(kept, warnings, node.errors, node.computation), tuple(sorted(waiting))

@@ -230,3 +230,28 @@ def test_a_missing_pod_cgroup_means_not_yet(
     assert report.ok, report.to_json()
     assert report.waiting == ("default/b",)
     assert not report.errors
+
+
+@pytest.mark.parametrize("tier", ["besteffort", "burstable"])
+def test_a_missing_qos_tier_waits_and_everything_else_is_applied(
+    fake_cgroup_tree: Callable[..., FakeCgroupTree], tmp_path: Path, tier: str
+) -> None:
+    """A tier the kubelet has not created yet is "not yet" for that tier alone: the pods' memory and CPU
+    values (the CPU phase runs after the memory phase) are still written, the tier waits with a warning.
+    (Removing burstable removes the Burstable pod below it too, which then waits as well.)"""
+    tree = fake_cgroup_tree("v1")
+    settings = _fake_setup(tree, tmp_path)
+    for mount in ("cpu", "cpuacct", "memory"):
+        if tree.path(f"{mount}/kubepods/{tier}").exists():
+            tree.remove(f"{mount}/kubepods/{tier}")
+    report = reconcile_once(settings)
+    assert report.ok, report.to_json()
+    assert tree.read(f"cpu/{POD_G}/cpu.cfs_quota_us") == "100000"  # the Guaranteed pod's CPU limit (1 core)
+    assert tree.read(f"memory/{POD_G}/memory.limit_in_bytes") == str(256 * MI)
+    assert any(f"kubepods/{tier}" in w.message and "does not exist yet" in w.message for w in report.warnings), report.warnings
+    if tier == "besteffort":
+        assert tree.read(f"cpu/{POD_B}/cpu.cfs_quota_us") == "50000"
+        assert tree.read("cpu/kubepods/burstable/cpu.shares") == str(250 * 1024 // 1000)
+    else:
+        assert report.waiting == ("default/b",)
+    assert reconcile_once(settings).ok  # and again: still waiting, nothing fails
