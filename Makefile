@@ -23,6 +23,7 @@ lint: venv
 	$(BIN)/ruff check agent cgroupfs tests bench proto deploy
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m tests.tools.import_cycles
 
 unit: venv
 	$(BIN)/pytest -q

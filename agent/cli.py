@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.errors import PermanentError
+
 if TYPE_CHECKING:
     from agent.settings import Settings
 
@@ -20,8 +22,8 @@ EXIT_ERROR = 2
 KUBELET_CONFIG = Path("/var/lib/kubelet/config.yaml")  # where kubeadm and most installers put it
 
 
-class UsageError(Exception):
-    pass
+class UsageError(PermanentError):
+    """A command line that cannot be acted on."""
 
 
 def _common(p: argparse.ArgumentParser, pods: bool = True) -> None:
@@ -244,10 +246,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_recommend(args: argparse.Namespace) -> int:
     settings = build_settings(args)
     if args.record:
-        from agent.recommender.sampler import record
+        from agent.recommendcmd import record
 
         return record(settings, Path(args.record), args.duration)
-    from agent.recommender.cli import run
+    from agent.recommendcmd import run
 
     return run(settings.recommender, settings.state_dir, args.samples, args.now, args.output)
 

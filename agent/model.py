@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, NewType
 
+from agent.errors import PermanentError
 from cgroupfs.types import UNLIMITED, CgroupName, CgroupValues
 
 __all__ = ["UNLIMITED", "CgroupName", "CgroupValues"]  # re-exported: the agent's vocabulary includes them
@@ -30,7 +31,7 @@ _UID_RE: Final = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,126}[A-Za-z0-9])?$")
 _CONTAINER_ID_RE: Final = re.compile(r"^[0-9a-f]{12,128}$")
 
 
-class ModelError(ValueError):
+class ModelError(PermanentError, ValueError):
     """An input value that the model refuses (bad UID, bad container ID...)."""
 
 

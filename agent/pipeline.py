@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from agent.compute import NodeComputation, compute_node
 from agent.diff import DesiredFile, NodeDiff, Observation, desired_files, diff, paths_to_read
+from agent.errors import PermanentError
 from agent.model import PodView, Problem
 from agent.plan import Plan, build_plan, usage_paths
 from agent.pods.load import Loaded, SourceError, load_path
@@ -24,7 +25,7 @@ from cgroupfs.mounts import detect_hierarchy
 from cgroupfs.types import CgroupName, Controller
 
 
-class PipelineError(RuntimeError):
+class PipelineError(PermanentError):
     """Something that stops the whole command (no pods source, no cgroup hierarchy)."""
 
 

@@ -18,10 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from agent.errors import AgentError
+
 TIERS: Final = "<qos-tiers>"
 
 
-class ShutDown(Exception):
+class ShutDown(AgentError):
     """The queue is shut down: the worker should exit."""
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from agent.compute import ComputeConfig
+from agent.durations import parse_duration_us
+from agent.errors import PermanentError
 from agent.model import CPUWeightFormula, Resources
 from agent.recommender.config import RecommenderSettings, parse_recommender
 from cgroupfs.naming import parse_cgroup_root
@@ -22,10 +24,15 @@ from cgroupfs.types import CgroupName, DriverKind, NameError_
 DEFAULT_STATE_DIR: Final = Path("/var/lib/kube-cgroup-agent")
 
 
-class ConfigError(ValueError):
+class ConfigError(PermanentError, ValueError):
+    """Every problem of a configuration, one line each."""
+
     def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
+        super().__init__("; ".join(problems), problems=problems)
         self.problems = problems
+
+    def user_message(self) -> str:
+        return "invalid configuration: " + "; ".join(self.problems)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,18 +108,6 @@ class Settings:
             pod_memory_reservation=self.pod_memory_reservation,
             kubepods_size=self.kubepods_size,
         )
-
-
-_DURATION_RE: Final = re.compile(r"^(\d+(?:\.\d+)?)(us|µs|ms|s|m)$")
-_DURATION_UNITS_US: Final = {"us": 1, "µs": 1, "ms": 1000, "s": 1_000_000, "m": 60_000_000}
-
-
-def parse_duration_us(text: str) -> int:
-    """A Go-style duration ("100ms", "1s", "250us") in microseconds."""
-    m = _DURATION_RE.fullmatch(text.strip())
-    if not m:
-        raise ValueError(f"{text!r} is not a duration like 100ms")
-    return int(float(m.group(1)) * _DURATION_UNITS_US[m.group(2)])
 
 
 def parse_percent(text: str) -> int:

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
+from cgroupfs.errors import DriverError
 from cgroupfs.layout import (
     CPU_MAX,
     CPU_PERIOD,
@@ -51,7 +52,7 @@ _USAGE_OF: Final = {
 _PERMISSION: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
-class CgroupError(Exception):
+class CgroupError(DriverError):
     """A cgroup file operation failed. `path` is relative to --cgroupfs; `value` is what was written
     (None for other operations); `errno` is the kernel's answer when there was one."""
 
@@ -78,6 +79,8 @@ class CgroupPathRefused(CgroupError):
 class CgroupNotFound(CgroupError):
     """The cgroup or file does not exist (yet, or any more): benign, retry on the next pass."""
 
+    retryable = True
+
 
 class CgroupPermissionError(CgroupError):
     """EACCES, EPERM or EROFS: the agent lacks the rights, or the cgroup filesystem is read-only."""
@@ -90,9 +93,13 @@ class CgroupWriteError(CgroupError):
 class QuotaRefused(CgroupWriteError):
     """EINVAL on a CFS quota or period: the hierarchy's quota/period ratios would be violated."""
 
+    retryable = True
+
 
 class MemoryBelowUsage(CgroupWriteError):
     """EBUSY on a memory limit: the new limit is below usage the kernel could not reclaim."""
+
+    retryable = True
 
     def __init__(self, op: str, path: str, reason: str, value: str | None, usage: int | None) -> None:
         super().__init__(op, path, reason, value, errno.EBUSY)
@@ -101,6 +108,8 @@ class MemoryBelowUsage(CgroupWriteError):
 
 class MemswOrderRefused(CgroupWriteError):
     """EINVAL on a v1 memory or memory+swap limit: memory must stay <= memory+swap."""
+
+    retryable = True
 
 
 def split_relpath(relpath: str, op: str = "use") -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Final
 
+from cgroupfs.errors import DriverError
 from cgroupfs.files import CgroupError, TreeReader
 from cgroupfs.layout import Hierarchy
 
@@ -45,7 +46,7 @@ named hierarchies (name=systemd), so controllers are picked by name, not by elim
 VERSIONS: Final = ("auto", "1", "2")
 
 
-class HierarchyNotFound(ValueError):
+class HierarchyNotFound(DriverError, ValueError):
     """No cgroup hierarchy (of the version asked for) under --cgroupfs: nothing can be read or written."""
 
 

@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from cgroupfs.errors import DriverError
+
 UNLIMITED: Final = -1
 """CFS quota and memory limits: no limit (the kernel shows `-1` on v1, `max` on v2)."""
 
 
-class NameError_(ValueError):
+class NameError_(DriverError, ValueError):
     """An invalid cgroup or unit name."""
 
 

@@ -16,6 +16,7 @@ from agent.compute.config import ComputeConfig
 from agent.compute.container import ContainerComputation, compute_container
 from agent.compute.cpu import MIN_SHARES, milli_cpu_to_quota, milli_cpu_to_shares
 from agent.compute.qos import QOSDecision, compute_qos
+from agent.errors import PermanentError
 from agent.model import (
     UNLIMITED,
     CgroupName,
@@ -27,7 +28,7 @@ from agent.model import (
 )
 
 
-class PodComputeError(ValueError):
+class PodComputeError(PermanentError, ValueError):
     """A pod whose values cannot be computed (for instance a pod limit below its containers' requests)."""
 
     def __init__(self, pod: str, message: str) -> None:

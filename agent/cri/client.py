@@ -72,6 +72,8 @@ _STATES: Final = {
 class NoRuntimeSocket(AgentError):
     """No CRI socket was given and none of the usual ones exists."""
 
+    retryable = True
+
     def __init__(self, candidates: Iterable[str]) -> None:
         self.candidates = tuple(candidates)
         super().__init__(

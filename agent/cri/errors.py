@@ -39,12 +39,14 @@ class Unavailable(CRIError):
     """The runtime did not answer: not running, socket missing, or restarting."""
 
     temporary = True
+    retryable = True
 
 
 class DeadlineExceeded(CRIError):
     """The runtime did not answer within the call's deadline (it may still apply the call)."""
 
     temporary = True
+    retryable = True
 
 
 class NotFound(CRIError):
@@ -64,7 +66,10 @@ class InvalidResponse(CRIError):
 
 
 class RuntimeFailure(CRIError):
-    """The runtime (runc, the kernel) failed the call; `runtime_message` is the innermost text."""
+    """The runtime (runc, the kernel) failed the call; `runtime_message` is the innermost text. Retried:
+    the kernel's refusals (EBUSY below usage, a parent's quota) can pass once the state moved."""
+
+    retryable = True
 
     def __init__(self, method: str, code: str, message: str, container_id: str | None = None) -> None:
         super().__init__(method, code, message, container_id)
@@ -73,6 +78,8 @@ class RuntimeFailure(CRIError):
 
 class ResourceRefused(RuntimeFailure):
     """The kernel refused one cgroup value; `file` and `value` name it when the message does."""
+
+    retryable = False  # an invalid value stays invalid; the two below can pass later
 
     def __init__(
         self,
@@ -95,7 +102,10 @@ class MemoryBelowUsage(ResourceRefused):
     The kernel keeps the old limit. Retrying only helps once usage drops.
     """
 
+    retryable = True  # usage may fall
+
     temporary = True
+    retryable = True
 
     def __init__(
         self,
@@ -116,6 +126,8 @@ class MemoryBelowUsage(ResourceRefused):
 
 class QuotaRefused(ResourceRefused):
     """The CFS quota was refused: below 1 ms, or above what the parent cgroup allows (ordering)."""
+
+    retryable = True  # the parent's quota may grow first
 
 
 class PeriodRefused(ResourceRefused):

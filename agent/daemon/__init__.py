@@ -17,7 +17,7 @@ from typing import Any
 
 from agent import pipeline
 from agent.compute import NodeComputation
-from agent.daemon.components import DaemonContext, factories
+from agent.daemon.components import ComponentFactory, DaemonContext
 from agent.daemon.core import Daemon, PodSource
 from agent.daemon.ownership import Ownership, Thing, resolve
 from agent.daemon.pipeline_reconciler import PipelineReconciler, RunnerFactory
@@ -33,6 +33,14 @@ from cgroupfs.types import DriverKind
 log = get_logger("agent.daemon")
 
 __all__ = ["Daemon", "check_settings", "run", "select_reconciler"]
+
+
+def factories() -> list[ComponentFactory]:
+    """Every component the daemon runs beside the pod loop, in start order; each decides from the
+    settings whether it runs (agent.daemon.components)."""
+    from agent.daemon.recommender import recommender_component
+
+    return [recommender_component]
 
 
 def check_settings(settings: Settings) -> list[str]:

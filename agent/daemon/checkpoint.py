@@ -14,11 +14,13 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
+from agent.errors import PermanentError
+
 FILENAME: Final = "daemon-checkpoint.json"
 VERSION: Final = 1
 
 
-class CheckpointError(ValueError):
+class CheckpointError(PermanentError, ValueError):
     pass
 
 

@@ -48,10 +48,3 @@ class Component(Protocol):
 
 
 ComponentFactory = Callable[[DaemonContext], Component | None]
-
-
-def factories() -> list[ComponentFactory]:
-    """Every component the daemon knows, in start order. Each decides from the settings if it runs."""
-    from agent.recommender.component import recommender_component
-
-    return [recommender_component]

@@ -24,6 +24,8 @@ class APIError(AgentError):
 class APIGone(APIError):
     """410: the resourceVersion is too old (compacted): relist."""
 
+    retryable = True
+
 
 class APINotFound(APIError):
     """404: the object is gone."""
@@ -32,6 +34,8 @@ class APINotFound(APIError):
 class APIConflict(APIError):
     """409, or a patch whose precondition (the pod's UID) failed."""
 
+    retryable = True
+
 
 class APIForbidden(APIError):
     """401/403: the ServiceAccount lacks a permission; retrying will not help until RBAC changes."""
@@ -39,6 +43,8 @@ class APIForbidden(APIError):
 
 class APIUnavailable(APIError):
     """No answer, a closed connection, 429 or 5xx: back off and try again."""
+
+    retryable = True
 
 
 _BY_STATUS: dict[int, type[APIError]] = {

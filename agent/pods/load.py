@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from agent.errors import PermanentError
 from agent.model import PodView, Problem
 from agent.pods.parse import PodParseError, parse_pod, pod_key
 
@@ -23,7 +24,7 @@ class Loaded:
     errors: tuple[Problem, ...]
 
 
-class SourceError(OSError):
+class SourceError(PermanentError, OSError):
     """The pod source itself cannot be read (missing path, unreadable file)."""
 
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from agent.compute.aggregate import Amounts, aggregate, is_supported_pod_level
+from agent.errors import PermanentError
 from agent.model import (
     EMPTY,
     ContainerKind,
@@ -34,9 +35,9 @@ __all__ = ["POD_RESOURCES_ANNOTATION", "PodParseError", "parse_pod", "pod_key", 
 HUGEPAGES_PREFIX: Final = "hugepages-"
 
 
-class PodParseError(ValueError):
+class PodParseError(PermanentError, ValueError):
     def __init__(self, pod: str, message: str) -> None:
-        super().__init__(f"{pod}: {message}")
+        super().__init__(f"{pod}: {message}", pod=pod)
         self.pod = pod
         self.message = message
 

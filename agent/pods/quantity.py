@@ -14,6 +14,8 @@ from decimal import Decimal
 from functools import cache
 from pathlib import Path
 
+from agent.errors import PermanentError
+
 _Parser = Callable[[object], Decimal]
 
 
@@ -34,7 +36,7 @@ def _parser() -> _Parser:
     return fallback
 
 
-class QuantityError(ValueError):
+class QuantityError(PermanentError, ValueError):
     pass
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
+from agent.durations import parse_duration_us
 from agent.recommender.histogram import ExponentialOptions
 
 MIN_SAMPLE_WEIGHT: Final = 0.1  # model/aggregations_config.go minSampleWeight
@@ -102,8 +103,6 @@ def parse_recommender(raw: object) -> RecommenderSettings:
 
 
 def _convert(value: object, default: object, name: str) -> object:
-    from agent.settings import parse_duration_us
-
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ValueError(f"{value!r} is not true or false")
@@ -114,10 +113,7 @@ def _convert(value: object, default: object, name: str) -> object:
         return value
     if isinstance(default, float):
         if name.endswith("_s") and isinstance(value, str):
-            units = value.strip()
-            if units.endswith("h"):
-                return float(units[:-1]) * 3600
-            return parse_duration_us(units) / 1e6
+            return parse_duration_us(value) / 1e6
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise ValueError(f"{value!r} is not a non-negative number")
         return float(value)

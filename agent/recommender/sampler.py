@@ -4,7 +4,6 @@ it builds is confined to the kubepods subtrees and the sampler never writes."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +13,6 @@ from agent.compute.qos import compute_qos
 from agent.model import PodView
 from agent.recommender.counters import V1_FILES, V2_FILES, Counters, cpu_sample, observe, parse_v1, parse_v2
 from agent.recommender.trace import Sample
-from agent.settings import Settings
 from cgroupfs.files import CgroupFiles
 from cgroupfs.layout import Hierarchy
 from cgroupfs.naming import cgroup_dir, container_dir
@@ -50,18 +48,18 @@ def _dirs(h: Hierarchy, name: CgroupName, cid: str, driver: DriverKind, runtime:
     return None
 
 
-def targets(pods: Sequence[PodView], settings: Settings, hierarchy: Hierarchy) -> list[Target]:
+def targets(pods: Sequence[PodView], cgroup_root: CgroupName, driver: DriverKind, hierarchy: Hierarchy) -> list[Target]:
     out: list[Target] = []
     v2 = not ("cpu" in hierarchy.v1 and "memory" in hierarchy.v1)
     for pod in pods:
         if pod.phase in ("Succeeded", "Failed"):
             continue
-        name = pod_cgroup_name(settings.cgroup_root_name, compute_qos(pod).qos, pod.uid)
+        name = pod_cgroup_name(cgroup_root, compute_qos(pod).qos, pod.uid)
         for c in (*pod.init_containers, *pod.containers):
             st = pod.status_of(c.name)
             if st is None or st.container_id is None or not st.running:
                 continue
-            files = _dirs(hierarchy, name, st.container_id, settings.cgroup_driver, st.runtime or "containerd")
+            files = _dirs(hierarchy, name, st.container_id, driver, st.runtime or "containerd")
             if files is None:
                 continue
             limit = c.limits.cpu_milli / 1000 if c.limits.cpu_milli else None
@@ -69,14 +67,14 @@ def targets(pods: Sequence[PodView], settings: Settings, hierarchy: Hierarchy) -
     return out
 
 
-def reader_for(settings: Settings, hierarchy: Hierarchy) -> CgroupFiles:
+def reader_for(cgroupfs: Path, cgroup_root: CgroupName, driver: DriverKind, hierarchy: Hierarchy) -> CgroupFiles:
     """A reader confined to the kubepods subtree of every hierarchy the sampler reads."""
-    kubepods = cgroup_dir(settings.cgroup_root_name.child("kubepods"), settings.cgroup_driver)
+    kubepods = cgroup_dir(cgroup_root.child("kubepods"), driver)
     mounts = {hierarchy.v1[c] for c in ("cpu", "cpuacct", "memory") if c in hierarchy.v1}
     if hierarchy.unified is not None:
         mounts.add(hierarchy.unified)
     roots = [f"{m}/{kubepods}" if m else kubepods for m in sorted(mounts)]
-    return CgroupFiles(settings.cgroupfs, roots)
+    return CgroupFiles(cgroupfs, roots)
 
 
 @dataclass(slots=True)
@@ -110,34 +108,3 @@ class Sampler:
         for gone in set(self._previous) - seen:
             del self._previous[gone]
         return samples, oomed
-
-
-def record(settings: Settings, out: Path, duration_s: float) -> int:
-    """`recommend --record FILE`: sample this node for `duration_s` and write the trace."""
-    from agent import pipeline
-
-    env = pipeline.environment(settings)
-    loaded = pipeline.load_pods(settings)
-    wanted = targets(loaded.pods, settings, env.hierarchy)
-    sampler = Sampler(reader_for(settings, env.hierarchy), settings.recommender.cpu_starvation, settings.recommender.throttle_threshold)
-    interval = settings.recommender.sample_interval_s
-    end = time.monotonic() + duration_s
-    lines = 0
-    with out.open("w", encoding="utf-8") as f:
-        now = time.time()
-        for t in wanted:
-            req = Sample(now, t.pod, t.container, request_memory=t.memory_request) if t.memory_request else None
-            if req is not None:
-                f.write(req.to_json() + "\n")
-                lines += 1
-        while True:
-            samples, _ = sampler.tick(time.time(), wanted)
-            for s in samples:
-                f.write(s.to_json() + "\n")
-            lines += len(samples)
-            f.flush()
-            if time.monotonic() + interval > end:
-                break
-            time.sleep(interval)
-    print(f"recorded {lines} lines for {len(wanted)} containers to {out}")
-    return 0

@@ -19,14 +19,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agent.errors import AgentError
+from agent.errors import PermanentError
 
 
-class TraceError(AgentError):
+class TraceError(PermanentError):
     """A line of a trace that is not a sample; names the file and line."""
 
     def __init__(self, source: str, line: int, message: str) -> None:
-        super().__init__(f"{source}:{line}: {message}")
+        super().__init__(f"{source}:{line}: {message}", source=source, line=line)
         self.source, self.line, self.message = source, line, message
 
 

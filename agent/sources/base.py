@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
+from agent.errors import PermanentError
+
 Section = Literal["containers", "initContainers"]
 Kind = Literal["requests", "limits"]
 ResourceMap = Mapping[str, str]  # resource name -> quantity string, as the API writes it
@@ -28,7 +30,7 @@ SECTIONS: Final[tuple[Section, ...]] = ("containers", "initContainers")
 KINDS: Final[tuple[Kind, ...]] = ("requests", "limits")
 
 
-class SourceInputError(ValueError):
+class SourceInputError(PermanentError, ValueError):
     """A source's input on the pod (an annotation) is malformed; the message names the problem."""
 
 

@@ -31,6 +31,7 @@ from jeepney import (
 from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import DBusConnection, Proxy, open_dbus_connection
 
+from cgroupfs.errors import DriverError
 from cgroupfs.systemd.properties import Property
 
 SYSTEMD_BUS_NAME: Final = "org.freedesktop.systemd1"
@@ -65,7 +66,7 @@ def system_bus_address() -> str:
     return os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or DEFAULT_SYSTEM_BUS_ADDRESS
 
 
-class SystemdError(Exception):
+class SystemdError(DriverError):
     """A systemd call failed: which unit, which property if one can be named, and the D-Bus error name."""
 
     def __init__(
@@ -95,6 +96,8 @@ class SystemdError(Exception):
 class NoSuchUnit(SystemdError):
     """The unit is not loaded (a pod slice nobody created yet)."""
 
+    retryable = True
+
 
 class UnitExists(SystemdError):
     """StartTransientUnit for a unit that is already loaded."""
@@ -102,6 +105,8 @@ class UnitExists(SystemdError):
 
 class BusUnavailable(SystemdError):
     """No connection to the bus could be made, or it kept breaking, within the retry budget."""
+
+    retryable = True
 
 
 @dataclass(frozen=True, slots=True)

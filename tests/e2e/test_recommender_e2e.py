@@ -19,7 +19,8 @@ from tests.e2e.conftest import E2EEnv, Kernel, PodRunner, resources
 
 pytestmark = pytest.mark.e2e
 MI = 2**20
-HOLD = "head -c 150m /dev/zero | tail & "  # tail keeps everything it read (no newline): 150 MiB of anon memory
+# tail keeps all it reads (no newline) and, the pipe held open by sleep, never reaches EOF: 150 MiB held
+HOLD = "(head -c 150m /dev/zero; sleep 1000000) | tail & sleep 1; "
 BURN = "while :; do :; done"
 OOM_LOOP = "while :; do head -c 200m /dev/zero | tail; sleep 0.5; done"
 
@@ -56,6 +57,10 @@ def test_usage_caused_by_a_real_container_is_recommended_within_a_bucket(
     settings = RecommenderSettings()
     state = RecommenderState(settings)
     sampler = Sampler(_reader(kernel, e2e_env))
+    deadline = time.monotonic() + 60  # the holder fills its memory first (a bound on the wait, not a timing check)
+    while kernel.read_int("memory", pod.container_cgroup("app"), "memory.usage_in_bytes") < 140 * MI:
+        assert time.monotonic() < deadline, "the container never held its 150 MiB"
+        time.sleep(0.5)
     _sample_for(state, sampler, [target], 8.0)
     h = state.histories[("e2e/pod", "app")]
     assert h.samples >= 4 and sampler.reader.writes == 0

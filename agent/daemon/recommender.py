@@ -36,7 +36,7 @@ class RecommenderComponent:
     def tick(self) -> int:
         now = self.clock()
         settings = self.context.settings
-        wanted = targets(self.context.pods(), settings, self.context.env.hierarchy)
+        wanted = targets(self.context.pods(), settings.cgroup_root_name, settings.cgroup_driver, self.context.env.hierarchy)
         samples, oomed = self.sampler.tick(now, wanted)
         for s in samples:
             self.state.observe(s)
@@ -95,7 +95,8 @@ def recommender_component(context: DaemonContext) -> Component | None:
     state, warning = load(path, settings.recommender)
     if warning:
         log.warning("recommender.state", message=warning)
-    sampler = Sampler(reader_for(settings, context.env.hierarchy), settings.recommender.cpu_starvation,
+    reader = reader_for(settings.cgroupfs, settings.cgroup_root_name, settings.cgroup_driver, context.env.hierarchy)
+    sampler = Sampler(reader, settings.recommender.cpu_starvation,
                       settings.recommender.throttle_threshold)
     publisher = None
     if context.api is not None and context.node:
