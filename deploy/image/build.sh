@@ -41,13 +41,14 @@ if [ ! -f "$BASE/.complete" ]; then
   R="$BASE.tmp"
   step "prune"
   # a runtime image: no package manager state, docs, locales, logs, caches, or tools only a shell user needs
+  # (ldconfig's aux-cache records inode numbers and times: the one file that made two debootstraps differ)
   rm -rf "$R"/var/lib/apt/lists/* "$R"/var/cache/apt/* "$R"/var/cache/debconf/*-old "$R"/var/lib/dpkg/*-old \
          "$R"/var/log/* "$R"/usr/share/doc/* "$R"/usr/share/man/* "$R"/usr/share/info/* "$R"/usr/share/locale/* \
          "$R"/usr/share/i18n "$R"/usr/share/lintian "$R"/usr/share/common-licenses "$R"/usr/share/zoneinfo \
          "$R"/usr/lib/python3.11/{test,idlelib,tkinter,turtledemo,ensurepip,lib2to3,pydoc_data,unittest/test} \
          "$R"/usr/share/perl "$R"/usr/lib/x86_64-linux-gnu/perl* "$R"/usr/bin/perl* \
          "$R"/var/lib/dpkg/info/*.md5sums "$R"/etc/machine-id "$R"/etc/.pwd.lock "$R"/run/* "$R"/tmp/* \
-         "$R"/usr/share/bash-completion "$R"/usr/share/bug
+         "$R"/usr/share/bash-completion "$R"/usr/share/bug "$R"/var/cache/ldconfig/aux-cache
   find "$R" -name __pycache__ -type d -prune -exec rm -rf {} +
   # /etc/shadow's "last change" field is the day debootstrap ran: fix it so the root does not vary by day
   sed -i -E 's/^([^:]*:[^:]*:)[0-9]+:/\10:/' "$R/etc/shadow" "$R/etc/shadow-" 2>/dev/null || true
