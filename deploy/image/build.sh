@@ -25,6 +25,11 @@ export SOURCE_DATE_EPOCH=$EPOCH
 T0=$(date +%s)
 step() { echo "[image $(( $(date +%s) - T0 ))s] $*"; }
 
+# one build of the cache at a time (two clones building at once would share $BASE.tmp)
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+
 # ---- layer 1: the base root, cached ----
 # keyed by the package list and layer 1's own lines (an edit below layer 1 does not rebuild the root)
 KEY=$( { printf '%s\n' "$PACKAGES"; sed -n '/^# ---- layer 1/,/^# ---- layer 2/p' "$0"; } | sha256sum | cut -c1-16)
