@@ -29,6 +29,7 @@ HEADER = """\
 # kube-cgroup-agent on every node: `kubectl apply -f deploy/daemonset.yaml`.
 # GENERATED from the kustomize base in deploy/ by `python3 deploy/render.py`: edit deploy/base/ (the image
 # tag: deploy/base/kustomization.yaml), then run it (a test fails when this file differs from what deploy/ renders).
+# A new RBAC rule: one item, with a comment saying why, in deploy/base/rbac.yaml.
 # The image: `make image` builds kube-cgroup-agent:<version> as an OCI archive (README, "The image").
 """
 
@@ -101,6 +102,29 @@ def _json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> None:
             raise RenderError(f"JSON patch op {op['op']!r} is not supported")
 
 
+def _rules(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for o in objects if o.get("kind") == "ClusterRole" for r in o.get("rules") or []]
+
+
+def stale_reasons(flat: list[dict[str, Any]], rendered: list[dict[str, Any]]) -> list[str]:
+    """Why the flat file differs, in terms an editor can act on: a rule or object edited into the flat file
+    (which is generated) is named with the base file it belongs in."""
+    reasons = [
+        f"ClusterRole rule {rule} is in deploy/daemonset.yaml but not in deploy/base/rbac.yaml: move it there"
+        " (with the comment saying why)"
+        for rule in _rules(flat)
+        if rule not in _rules(rendered)
+    ]
+    ours = {(o.get("kind"), (o.get("metadata") or {}).get("name")): o for o in rendered}
+    for obj in flat:
+        key = (obj.get("kind"), (obj.get("metadata") or {}).get("name"))
+        if key not in ours:
+            reasons.append(f"{key[0]} {key[1]} is in deploy/daemonset.yaml only: add it to deploy/base/")
+        elif obj != ours[key] and key[0] != "ClusterRole":
+            reasons.append(f"{key[0]} {key[1]} differs from deploy/base/: edit it there")
+    return reasons
+
+
 class _Dumper(yaml.SafeDumper):
     pass
 
@@ -132,6 +156,8 @@ def main() -> int:
         return 2
     if args.check:
         if FLAT.read_text() != text:
+            for line in stale_reasons(list(_docs(FLAT)), render(DEPLOY)):
+                print(f"render: {line}", file=sys.stderr)
             print("deploy/daemonset.yaml is not what deploy/ renders: run python3 deploy/render.py", file=sys.stderr)
             return 1
         return 0

@@ -25,8 +25,14 @@ export SOURCE_DATE_EPOCH=$EPOCH
 T0=$(date +%s)
 step() { echo "[image $(( $(date +%s) - T0 ))s] $*"; }
 
+# one build of the cache at a time (two clones building at once would share $BASE.tmp)
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+
 # ---- layer 1: the base root, cached ----
-KEY=$(printf '%s\n' "$PACKAGES" | cat - "$0" | sha256sum | cut -c1-16)
+# keyed by the package list and layer 1's own lines (an edit below layer 1 does not rebuild the root)
+KEY=$( { printf '%s\n' "$PACKAGES"; sed -n '/^# ---- layer 1/,/^# ---- layer 2/p' "$0"; } | sha256sum | cut -c1-16)
 BASE="$CACHE/base-$KEY"
 if [ ! -f "$BASE/.complete" ]; then
   command -v debootstrap >/dev/null || { apt-get update -q >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null; }
@@ -40,17 +46,24 @@ if [ ! -f "$BASE/.complete" ]; then
   R="$BASE.tmp"
   step "prune"
   # a runtime image: no package manager state, docs, locales, logs, caches, or tools only a shell user needs
+  # (ldconfig's aux-cache records inode numbers and times: the one file that made two debootstraps differ)
   rm -rf "$R"/var/lib/apt/lists/* "$R"/var/cache/apt/* "$R"/var/cache/debconf/*-old "$R"/var/lib/dpkg/*-old \
          "$R"/var/log/* "$R"/usr/share/doc/* "$R"/usr/share/man/* "$R"/usr/share/info/* "$R"/usr/share/locale/* \
          "$R"/usr/share/i18n "$R"/usr/share/lintian "$R"/usr/share/common-licenses "$R"/usr/share/zoneinfo \
          "$R"/usr/lib/python3.11/{test,idlelib,tkinter,turtledemo,ensurepip,lib2to3,pydoc_data,unittest/test} \
          "$R"/usr/share/perl "$R"/usr/lib/x86_64-linux-gnu/perl* "$R"/usr/bin/perl* \
          "$R"/var/lib/dpkg/info/*.md5sums "$R"/etc/machine-id "$R"/etc/.pwd.lock "$R"/run/* "$R"/tmp/* \
-         "$R"/usr/share/bash-completion "$R"/usr/share/bug
+         "$R"/usr/share/bash-completion "$R"/usr/share/bug "$R"/var/cache/ldconfig/aux-cache
   find "$R" -name __pycache__ -type d -prune -exec rm -rf {} +
   # /etc/shadow's "last change" field is the day debootstrap ran: fix it so the root does not vary by day
   sed -i -E 's/^([^:]*:[^:]*:)[0-9]+:/\10:/' "$R/etc/shadow" "$R/etc/shadow-" 2>/dev/null || true
-  install -d -m 0755 "$R/var/lib/kube-cgroup-agent" "$R/etc/kube-cgroup-agent" "$R/host"
+  # non-root capable: a `nonroot` user (65532, the distroless convention) for a securityContext that asks
+  # for it; the state directory is root's and that group's (0775), so either uid can write it
+  echo 'nonroot:x:65532:65532:nonroot:/nonexistent:/usr/sbin/nologin' >>"$R/etc/passwd"
+  echo 'nonroot:x:65532:' >>"$R/etc/group"
+  echo 'nonroot:!:0::::::' >>"$R/etc/shadow"
+  install -d -m 0755 "$R/etc/kube-cgroup-agent" "$R/host"
+  install -d -m 0775 -o 0 -g 65532 "$R/var/lib/kube-cgroup-agent"
   install -d -m 1777 "$R/tmp"
   mv "$R" "$BASE"; touch "$BASE/.complete"
 fi
@@ -73,6 +86,9 @@ find "$SITE" -name __pycache__ -type d -prune -exec rm -rf {} +
 # pip records where it found the wheel (a temp dir): drop that record so the layer does not vary by build
 rm -f "$SITE"/kube_cgroup_agent-*.dist-info/direct_url.json
 sed -i '/direct_url.json/d' "$SITE"/kube_cgroup_agent-*.dist-info/RECORD
+# the console scripts (removed above) carry the build venv's interpreter path, so their RECORD hashes vary by
+# checkout: drop those lines too, so every clone of one commit builds the same layer
+sed -i '\#^\.\./\.\./bin/#d' "$SITE"/*.dist-info/RECORD
 step "check the application imports in the base root"
 mkdir -p "$WORK/probe"
 cp -a "$BASE"/. "$WORK/probe/"; cp -a "$APP"/. "$WORK/probe/"

@@ -4,8 +4,8 @@
         --label KEY=VALUE ... --env KEY=VALUE ... --entrypoint JSON --user UID
 
 Each layer is a tar of one directory tree (sorted names, every mtime = --epoch, uid/gid 0 unless the file
-says otherwise below 1000, no user/group names, PAX-free ustar/GNU headers as Python writes them), gzip with
-a zero timestamp. The archive holds the OCI layout (`oci-layout`, `index.json`, `blobs/sha256/...`) and the
+says otherwise below 1000 or is root:nonroot, no user/group names, PAX-free ustar/GNU headers as Python
+writes them), gzip with a zero timestamp. The archive holds the OCI layout (`oci-layout`, `index.json`, `blobs/sha256/...`) and the
 `manifest.json` that `docker load` reads, so `ctr images import`, `docker load` and `podman load` take it.
 Same inputs, same bytes, same digest.
 """
@@ -22,6 +22,8 @@ import stat
 import tarfile
 import time
 from pathlib import Path
+
+NONROOT = 65532  # the image's `nonroot` group, kept on the state directory (deploy/image/build.sh)
 
 
 def _layer_tar(root: Path, epoch: int) -> bytes:
@@ -46,8 +48,8 @@ def _add(tar: tarfile.TarFile, root: Path, rel: Path, epoch: int) -> None:
     info = tar.gettarinfo(str(full), arcname=str(rel))
     info.mtime = epoch
     info.uname = info.gname = ""
-    if info.uid >= 1000 or info.gid >= 1000:  # files made by the build user: root's in the image
-        info.uid = info.gid = 0
+    if (info.uid, info.gid) != (0, NONROOT) and (info.uid >= 1000 or info.gid >= 1000):
+        info.uid = info.gid = 0  # files made by the build user: root's in the image
     info.mode = stat.S_IMODE(os.lstat(full).st_mode)
     if info.isreg():
         with full.open("rb") as f:

@@ -7,6 +7,7 @@ import json
 import os
 import time
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,31 @@ def test_the_image_checks_the_hosts_cgroupfs_mounted_as_the_daemonset_does(
         assert checks[f"controller {controller}"] == {
             "name": f"controller {controller}", "verdict": "ok", "detail": f"v1 at {controller}"
         }
+
+
+def test_check_in_the_image_takes_the_kubelets_config_by_default_and_reports_a_conflict(
+    pods: PodRunner, runtime: pb_grpc.RuntimeServiceStub, agent_image: str
+) -> None:
+    # a kubeadm-shaped KubeletConfiguration where the kubelet keeps it; --cgroup-driver disagrees with it
+    kubelet = pb.Mount(
+        container_path="/var/lib/kubelet/config.yaml",
+        host_path=str(Path(__file__).resolve().parents[1] / "ship" / "kubelet-config.yaml"),
+        readonly=True,
+    )
+    cgroupfs = pb.Mount(container_path="/host/sys/fs/cgroup", host_path="/sys/fs/cgroup", readonly=True)
+    args = ("check", "--cgroupfs", "/host/sys/fs/cgroup", "--cgroup-driver", "cgroupfs", "--output", "json")
+    code, out, _ = _run_to_exit(pods, runtime, agent_image, args, (kubelet, cgroupfs))
+    assert code in (0, 2), out
+    checks = json.loads(out)
+    inherited = {c["name"].removeprefix("kubelet setting "): c for c in checks if c["name"].startswith("kubelet setting ")}
+    # every kubelet key the file sets except the one given on the command line, read inside the container
+    assert sorted(inherited) == sorted(
+        ["cgroupRoot", "cgroupsPerQOS", "qosReserved", "kubeReserved", "systemReserved", "enforceNodeAllocatable",
+         "cpuCFSQuota", "cpuCFSQuotaPeriod", "cpuManagerPolicy", "featureGates", "evictionHard"]
+    ), out
+    assert all(c["detail"] == "inherited from /var/lib/kubelet/config.yaml" for c in inherited.values())
+    [conflict] = [c for c in checks if c["name"] == "kubelet setting"]
+    assert conflict["verdict"] == "warn"
+    assert conflict["detail"] == (
+        "cgroupDriver: the agent's setting cgroupfs wins over the kubelet's systemd (/var/lib/kubelet/config.yaml)"
+    )

@@ -115,3 +115,20 @@ def test_kubectl_kustomize_renders_the_same_objects() -> None:
         theirs = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(out) if o}
         ours = {(o["kind"], o["metadata"]["name"]): o for o in _rendered(name)}
         assert theirs == ours, name
+
+
+def test_a_rule_edited_into_the_flat_file_is_named_with_where_it_belongs() -> None:
+    flat = _rendered("base")
+    [role] = [o for o in flat if o["kind"] == "ClusterRole"]
+    role["rules"].append({"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]})
+    [cm] = [o for o in flat if o["kind"] == "ConfigMap"]
+    cm["data"]["config.yaml"] += "workers: 4\n"
+    flat.append({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "extra"}})
+    reasons = render_mod.stale_reasons(flat, _rendered("base"))
+    assert reasons == [
+        "ClusterRole rule {'apiGroups': [''], 'resources': ['pods/resize'], 'verbs': ['patch']} is in "
+        "deploy/daemonset.yaml but not in deploy/base/rbac.yaml: move it there (with the comment saying why)",
+        "ConfigMap kube-cgroup-agent differs from deploy/base/: edit it there",
+        "ServiceAccount extra is in deploy/daemonset.yaml only: add it to deploy/base/",
+    ]
+    assert render_mod.stale_reasons(_rendered("base"), _rendered("base")) == []
