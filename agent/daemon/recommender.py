@@ -40,6 +40,7 @@ class RecommenderComponent:
         samples, oomed = self.sampler.tick(now, wanted)
         for s in samples:
             self.state.observe(s)
+        log.debug("recommender.tick", containers=len(wanted), samples=len(samples))
         for t in oomed:
             log.warning("recommender.oom", pod=t.pod, container=t.container, reacted=settings.recommender.react_to_oom)
             self.context.metrics.errors.labels("ContainerOOMKilled").inc()

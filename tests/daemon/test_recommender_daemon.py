@@ -1,0 +1,48 @@
+"""The recommender beside the real daemon process (fake API, fake cgroup tree, fake CRI): with
+`recommender.enabled`, the node's containers are sampled, the histories are saved at SIGTERM, and
+`recommend` reads them back from the state directory; off, nothing is sampled."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.cli import main
+from tests.daemon.conftest import Env, wait_for
+from tests.resize.harness import ctr, manifest
+
+
+def _pod(name: str) -> dict[str, object]:
+    return manifest(name, [ctr("app", req={"cpu": "250m", "memory": "64Mi"}, lim={"cpu": "500m", "memory": "128Mi"})])
+
+
+def test_the_daemon_samples_saves_and_recommend_reads_it(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    env.node.add_pod(_pod("web"))
+    env.publish("web")
+    pod_dir = env.node.pods["web"].pod_dir
+    cid = env.node.pods["web"].containers["app"]
+    env.node.tree.set(f"memory/{pod_dir}/{cid}/memory.usage_in_bytes", str(300 * 2**20))
+    daemon = env.daemon(recommender={"enabled": True, "sampleInterval": "200ms"})
+    daemon.ready()
+    wait_for(lambda: daemon.logged("component.started", component="recommender"), "the recommender to start")
+    wait_for(lambda: [t for t in daemon.logged("recommender.tick") if t["samples"] > 0], "a tick with samples")
+    assert daemon.terminate() == 0
+    state = env.tmp / "state" / "recommender.json"
+    saved = json.loads(state.read_text())
+    [entry] = [c for c in saved["containers"] if c["pod"] == "default/web"]
+    assert entry["container"] == "app" and entry["memory_peak"] == 300 * 2**20
+    assert main(["recommend", "--state-dir", str(env.tmp / "state"), "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    [rec] = next(p for p in out["pods"] if p["pod"] == "default/web")["containerRecommendations"]
+    assert rec["containerName"] == "app" and int(rec["target"]["memory"]) > 300 * 2**20  # the peak's bucket end + 15 %
+
+
+def test_off_by_default(env: Env) -> None:
+    env.node.add_pod(_pod("web"))
+    env.publish("web")
+    daemon = env.daemon()
+    daemon.ready()
+    assert daemon.terminate() == 0
+    assert not daemon.logged("component.started")
+    assert not (env.tmp / "state" / "recommender.json").exists()
