@@ -13,7 +13,9 @@ CORE = [
     *sorted((ROOT / "agent" / "compute").glob("*.py")),
     ROOT / "agent" / "model.py",
     ROOT / "agent" / "diff.py",
-    ROOT / "agent" / "plan.py",
+    *sorted((ROOT / "agent" / "plan").glob("*.py")),
+    *sorted((ROOT / "agent" / "sources").glob("*.py")),
+    *(ROOT / "agent" / "recommender" / n for n in ("histogram.py", "model.py", "estimate.py", "counters.py", "state.py")),
     *(ROOT / "cgroupfs" / n for n in ("types.py", "naming.py", "layout.py", "convert.py")),
 ]
 IO_CALLS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "mkdir", "rmdir", "unlink", "listdir", "scandir", "iterdir", "system", "popen"}
