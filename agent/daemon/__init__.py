@@ -54,7 +54,10 @@ def check_settings(settings: Settings) -> list[str]:
     if not settings.cgroupfs.is_dir():
         problems.append(f"cgroupfs {settings.cgroupfs} is not a directory")
     try:
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        # the state (allocations, resize states, histories) is the agent's alone: owner-only
+        settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if settings.state_dir.stat().st_mode & 0o077:
+            settings.state_dir.chmod(0o700)
         if not os.access(settings.state_dir, os.W_OK):
             problems.append(f"stateDir {settings.state_dir} is not writable")
     except OSError as err:

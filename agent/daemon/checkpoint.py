@@ -50,7 +50,7 @@ def load(state_dir: Path) -> tuple[dict[str, Any], str | None]:
 
 
 def save(state_dir: Path, payload: dict[str, Any]) -> None:
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = state_dir / FILENAME
     tmp = path.with_name(path.name + ".tmp")
     data = json.dumps({"version": VERSION, "sha256": _digest(payload), "payload": payload}, sort_keys=True)
