@@ -18,6 +18,7 @@ from agent.model import PodView, Problem
 from agent.plan import Plan, build_plan, usage_paths
 from agent.pods.load import Loaded, SourceError, load_path
 from agent.settings import Settings
+from agent.sources import default_sources
 from cgroupfs.files import CgroupFiles
 from cgroupfs.hugepages import node_hugepage_sizes
 from cgroupfs.layout import Hierarchy, RenderOptions, cgroup_directory
@@ -80,7 +81,7 @@ def environment(settings: Settings) -> Environment:
 def load_pods(settings: Settings) -> Loaded:
     if settings.pods is not None:
         try:
-            return load_path(settings.pods)
+            return load_path(settings.pods, sources=default_sources(settings.annotation_namespaces))
         except SourceError as err:
             raise PipelineError(str(err)) from err
     node = settings.node_name or os.environ.get("NODE_NAME")
@@ -90,7 +91,7 @@ def load_pods(settings: Settings) -> Loaded:
         )
     from agent.kube.source import list_node_pods
 
-    return list_node_pods(settings.kubeconfig, node)
+    return list_node_pods(settings.kubeconfig, node, default_sources(settings.annotation_namespaces))
 
 
 def compute(

@@ -86,6 +86,8 @@ class Settings:
     )
     explicit: frozenset[str] = frozenset()
     recommender: RecommenderSettings = field(default_factory=RecommenderSettings)  # the local recommender
+    # where the resize and pod-level annotations are honoured (None: every namespace; SECURITY.md)
+    annotation_namespaces: frozenset[str] | None = None
     inherited: Mapping[str, str] = field(
         default_factory=dict
     )  # config key -> the kubelet config it came from
@@ -281,6 +283,13 @@ def _enforce(v: object) -> tuple[str, ...]:
     return tuple(x for x in v if x != "none")
 
 
+def _namespaces(v: object) -> frozenset[str] | None:
+    """A list of namespace names; ["*"] means every namespace, [] none."""
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+        raise ValueError("annotationNamespaces must be a list of namespace names (or [\"*\"])")
+    return None if "*" in v else frozenset(v)
+
+
 def _choice(*allowed: str) -> Any:
     def convert(v: object) -> str:
         if str(v) not in allowed:
@@ -332,6 +341,7 @@ _KEYS: Final[dict[str, tuple[str, Any]]] = {
     "cgroupsPerQOS": ("cgroups_per_qos", _bool),
     "enforceNodeAllocatable": ("enforce_node_allocatable", _enforce),
     "recommender": ("recommender", parse_recommender),
+    "annotationNamespaces": ("annotation_namespaces", lambda v: _namespaces(v)),
 }
 _PATH_KEYS: Final = {"cgroupfs", "pods", "stateDir", "kubeconfig", "kubeletConfig"}
 KUBELET_KEYS: Final = (

@@ -27,7 +27,7 @@ from agent.kube.status import StatusReporter
 from agent.logging import configure, get_logger
 from agent.metrics import Endpoints, Metrics, Probe
 from agent.settings import ConfigError, Settings
-from agent.sources import DEFAULT_SOURCES
+from agent.sources import default_sources
 from cgroupfs.types import DriverKind
 
 log = get_logger("agent.daemon")
@@ -222,7 +222,7 @@ def run(settings: Settings) -> int:
         resync_period_s=settings.resync_period_s,
         workers=settings.workers,
         stop=stop,
-        sources=(*DEFAULT_SOURCES, *context.sources),
+        sources=(*default_sources(settings.annotation_namespaces), *context.sources),
     )
     context.refresh = daemon.refresh
     context.pods = daemon.views

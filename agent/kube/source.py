@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agent.model import Problem
 from agent.pods.load import Loaded, from_objects
+from agent.sources import DEFAULT_SOURCES, Source
 
 
-def list_node_pods(kubeconfig: str | None, node: str) -> Loaded:
+def list_node_pods(kubeconfig: str | None, node: str, sources: Sequence[Source] = DEFAULT_SOURCES) -> Loaded:
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
@@ -28,4 +31,4 @@ def list_node_pods(kubeconfig: str | None, node: str) -> Loaded:
         return Loaded((), (Problem(None, f"listing pods of node {node} failed: {err.status} {err.reason}"),))
     except OSError as err:
         return Loaded((), (Problem(None, f"the API server is not reachable: {err}"),))
-    return from_objects(list(pods.items))
+    return from_objects(list(pods.items), sources)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from agent.errors import PermanentError
 from agent.model import PodView, Problem
 from agent.pods.parse import PodParseError, parse_pod, pod_key
+from agent.sources import DEFAULT_SOURCES, Source
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -68,7 +69,7 @@ def _items(doc: object, origin: str) -> Iterator[Mapping[str, Any]]:
     yield doc
 
 
-def parse_text(text: str, origin: str) -> Loaded:
+def parse_text(text: str, origin: str, sources: Sequence[Source] = DEFAULT_SOURCES) -> Loaded:
     pods: list[PodView] = []
     errors: list[Problem] = []
     try:
@@ -83,7 +84,7 @@ def parse_text(text: str, origin: str) -> Loaded:
             continue
         for item in items:
             try:
-                pods.append(parse_pod(item))
+                pods.append(parse_pod(item, sources))
             except PodParseError as err:
                 errors.append(Problem(err.pod, err.message))
     return Loaded(tuple(pods), tuple(errors))
@@ -103,10 +104,10 @@ def _unique(loaded: Loaded) -> Loaded:
     return Loaded(tuple(pods), tuple(errors))
 
 
-def load_path(path: str, stdin: TextIO | None = None) -> Loaded:
+def load_path(path: str, stdin: TextIO | None = None, sources: Sequence[Source] = DEFAULT_SOURCES) -> Loaded:
     """`-` is stdin; a directory is read file by file in name order (manifest suffixes only)."""
     if path == "-":
-        return _unique(parse_text((stdin or sys.stdin).read(), "<stdin>"))
+        return _unique(parse_text((stdin or sys.stdin).read(), "<stdin>", sources))
     p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in MANIFEST_SUFFIXES)
@@ -122,13 +123,13 @@ def load_path(path: str, stdin: TextIO | None = None) -> Loaded:
         except (OSError, UnicodeDecodeError) as err:
             errors.append(Problem(None, f"{f}: cannot read: {err}"))
             continue
-        loaded = parse_text(text, str(f))
+        loaded = parse_text(text, str(f), sources)
         pods.extend(loaded.pods)
         errors.extend(loaded.errors)
     return _unique(Loaded(tuple(pods), tuple(errors)))
 
 
-def from_objects(objects: list[Any]) -> Loaded:
+def from_objects(objects: list[Any], sources: Sequence[Source] = DEFAULT_SOURCES) -> Loaded:
     """Pods as the kubernetes client returns them (V1Pod) or as plain dicts."""
     pods: list[PodView] = []
     errors: list[Problem] = []
@@ -141,7 +142,7 @@ def from_objects(objects: list[Any]) -> Loaded:
                 serializer = ApiClient()
             obj = serializer.sanitize_for_serialization(obj)
         try:
-            pods.append(parse_pod({"kind": "Pod", **obj}))
+            pods.append(parse_pod({"kind": "Pod", **obj}, sources))
         except PodParseError as err:
             errors.append(Problem(err.pod if err.pod else pod_key(obj), err.message))
     return _unique(Loaded(tuple(pods), tuple(errors)))

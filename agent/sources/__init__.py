@@ -14,6 +14,18 @@ from agent.sources.resize_annotation import ResizeAnnotationSource
 
 DEFAULT_SOURCES: Final[tuple[Source, ...]] = (PodLevelAnnotationSource(), ResizeAnnotationSource())
 
+
+def default_sources(annotation_namespaces: frozenset[str] | None) -> tuple[Source, ...]:
+    """The annotation sources, honoured only in `annotation_namespaces` (None: every namespace). In any other
+    namespace a pod carrying one of them is an error naming the setting: its limits are not changed
+    around admission by someone who may only annotate it."""
+    if annotation_namespaces is None:
+        return DEFAULT_SOURCES
+    return (
+        PodLevelAnnotationSource(annotation_namespaces),
+        ResizeAnnotationSource(annotation_namespaces),
+    )
+
 __all__ = [
     "DEFAULT_SOURCES",
     "SPEC",
@@ -23,6 +35,7 @@ __all__ = [
     "ResizeAnnotationSource",
     "Source",
     "SourceInputError",
+    "default_sources",
     "field_label",
     "merge",
 ]

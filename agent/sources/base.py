@@ -62,6 +62,19 @@ class Source(Protocol):
         ...
 
 
+def check_namespace(raw: Mapping[str, Any], annotation: str, namespaces: frozenset[str] | None) -> None:
+    """Raise when `annotation` is used in a namespace the configuration does not allow it in."""
+    if namespaces is None:
+        return
+    meta = raw.get("metadata")
+    ns = (meta.get("namespace") if isinstance(meta, Mapping) else None) or "default"
+    if ns not in namespaces:
+        raise SourceInputError(
+            f"annotation {annotation} is not allowed in namespace {ns!r} (annotationNamespaces: "
+            f"{', '.join(sorted(namespaces)) or 'none'})"
+        )
+
+
 FieldPath = tuple[str, ...]
 """("containers", name, kind, resource) or ("pod", kind, resource)."""
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
-from agent.sources.base import ContainerResources, Proposal, SourceInputError
+from agent.sources.base import ContainerResources, Proposal, SourceInputError, check_namespace
 
 POD_RESOURCES_ANNOTATION: Final = "kube-cgroup-agent.io/pod-resources"
 NAME: Final = "pod-resources-annotation"
@@ -22,6 +22,9 @@ class PodLevelAnnotationSource:
     name: Final = NAME
     precedence: Final = PRECEDENCE
 
+    def __init__(self, namespaces: frozenset[str] | None = None) -> None:
+        self.namespaces = namespaces
+
     def propose(self, raw: Mapping[str, Any]) -> Proposal | None:
         spec = raw.get("spec")
         meta = raw.get("metadata")
@@ -31,6 +34,7 @@ class PodLevelAnnotationSource:
         text = annotations.get(POD_RESOURCES_ANNOTATION) if isinstance(annotations, Mapping) else None
         if text is None:
             return None
+        check_namespace(raw, POD_RESOURCES_ANNOTATION, self.namespaces)
         try:
             value = json.loads(text)
         except (TypeError, ValueError) as err:

@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
-from agent.sources.base import ContainerResources, Proposal, Section, SourceInputError
+from agent.sources.base import ContainerResources, Proposal, Section, SourceInputError, check_namespace
 
 RESIZE_ANNOTATION: Final = "kube-cgroup-agent.io/resize"
 NAME: Final = "resize-annotation"
@@ -76,15 +76,20 @@ def parse_resize_annotation(text: str) -> dict[str, dict[str, dict[str, dict[str
 
 
 class ResizeAnnotationSource:
-    """The `kube-cgroup-agent.io/resize` annotation as a source of desired state."""
+    """The `kube-cgroup-agent.io/resize` annotation as a source of desired state (in `namespaces` only,
+    when given)."""
 
     name: Final = NAME
     precedence: Final = PRECEDENCE
+
+    def __init__(self, namespaces: frozenset[str] | None = None) -> None:
+        self.namespaces = namespaces
 
     def propose(self, raw: Mapping[str, Any]) -> Proposal | None:
         text = resize_annotation(raw)
         if text is None:
             return None
+        check_namespace(raw, RESIZE_ANNOTATION, self.namespaces)
         wanted = parse_resize_annotation(text)
         containers: dict[tuple[Section, str], ContainerResources] = {}
         for section, named in wanted.items():

@@ -127,3 +127,53 @@ def test_a_proposal_for_a_missing_container_names_the_source() -> None:
     src = Fixed("vpa:ns/v", 50, {("initContainers", "ghost"): {"limits": {"cpu": "1"}}})
     with pytest.raises(SourceInputError, match="vpa:ns/v: the pod has no init container named 'ghost'"):
         merge(_pod(), (src,))
+
+
+@pytest.mark.parametrize(
+    ("allowed", "namespace", "ok"),
+    [
+        (None, "ns", True),  # not configured: every namespace (as before)
+        (frozenset({"ns"}), "ns", True),
+        (frozenset({"other"}), "ns", False),
+        (frozenset(), "ns", False),  # annotationNamespaces: [] — nowhere
+    ],
+)
+def test_annotations_only_in_allowed_namespaces(allowed: frozenset[str] | None, namespace: str, ok: bool) -> None:
+    from agent.sources import default_sources
+
+    for ann in ({RESIZE: json.dumps({"containers": {"app": {"limits": {"cpu": "2"}}}})},
+                {"kube-cgroup-agent.io/pod-resources": json.dumps({"limits": {"cpu": "2"}})}):
+        raw = _pod(ann)
+        raw["metadata"]["namespace"] = namespace
+        if ok:
+            assert parse_pod(raw, default_sources(allowed)).provenance
+        else:
+            with pytest.raises(PodParseError, match=f"is not allowed in namespace '{namespace}'"):
+                parse_pod(raw, default_sources(allowed))
+    plain = _pod()  # a pod without the annotations is never affected
+    plain["metadata"]["namespace"] = namespace
+    assert parse_pod(plain, default_sources(allowed)).provenance == {}
+
+
+def test_annotation_namespaces_setting() -> None:
+    from agent.settings import ConfigError, from_mapping
+
+    assert from_mapping({"annotationNamespaces": ["a", "b"]}).annotation_namespaces == frozenset({"a", "b"})
+    assert from_mapping({"annotationNamespaces": ["*"]}).annotation_namespaces is None
+    with pytest.raises(ConfigError, match="annotationNamespaces must be a list"):
+        from_mapping({"annotationNamespaces": "a"})
+
+
+def test_the_cli_reports_a_disallowed_annotation_as_that_pods_error(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from agent.cli import main
+
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps({"kind": "List", "items": [_pod({RESIZE: json.dumps({"containers": {"app": {"limits": {"cpu": "2"}}}})})]}))
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"pods: {pods}\ncgroupfs: {tmp_path}\ncgroupVersion: '1'\nannotationNamespaces: [kube-system]\n")
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "memory").mkdir()
+    code = main(["diff", "--config", str(cfg), "-o", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2
+    assert out["errors"] == [{"pod": "ns/p", "message": "annotation kube-cgroup-agent.io/resize is not allowed in namespace 'ns' (annotationNamespaces: kube-system)"}]
