@@ -48,10 +48,15 @@ def is_temporary(err: BaseException) -> bool:
 def user_message(err: BaseException) -> str | None:
     """One clear line for an error, or None to let a genuine bug raise (KCG_DEBUG=1 shows tracebacks)."""
     if isinstance(err, AgentError | DriverError):
-        return err.user_message()
+        return one_line(err.user_message())
     if isinstance(err, OSError):
         where = f" ({err.filename})" if err.filename else ""
-        return f"{err.strerror or err}{where}"
+        return one_line(f"{err.strerror or err}{where}")
     if os.environ.get("KCG_DEBUG"):
         return None
-    return f"internal error: {type(err).__name__}: {err} (set KCG_DEBUG=1 for a traceback)"
+    return one_line(f"internal error: {type(err).__name__}: {err} (set KCG_DEBUG=1 for a traceback)")
+
+
+def one_line(text: str) -> str:
+    """`text` with control characters escaped: a hostile value cannot forge a second log or terminal line."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

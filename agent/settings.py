@@ -7,6 +7,7 @@ problem found is reported, one clear line each, in a single `ConfigError`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -206,7 +207,12 @@ def _period(v: object) -> int:
 
 
 def _seconds(v: object) -> float:
-    return parse_duration_us(str(v)) / 1_000_000 if isinstance(v, str) else float(v)  # type: ignore[arg-type]
+    """A duration ("60s", "200ms") or a number of seconds."""
+    if isinstance(v, str):
+        return parse_duration_us(v) / 1_000_000
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise ValueError(f"{v!r} is not a duration like 60s")
+    return float(v)
 
 
 def _ownership(v: object) -> Mapping[str, str]:
@@ -226,7 +232,7 @@ def _bind_address(v: object) -> str:
     """host:port; the daemon binds only there (127.0.0.1 unless configured)."""
     text = _str(v)
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ValueError(f"{text!r} is not host:port, e.g. 127.0.0.1:9812")
     return text
 
@@ -388,7 +394,7 @@ def from_mapping(
             value = str(p if p.is_absolute() else relative_to / p)
         try:
             changes[name] = convert(value)
-        except ValueError as err:
+        except (ValueError, TypeError) as err:  # a value of the wrong shape is the user's error too
             problems.append(f"{key}: {err}")
     base = base or Settings()
     explicit = base.explicit | {k for k, v in raw.items() if k in _KEYS and v is not None}

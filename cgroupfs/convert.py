@@ -63,9 +63,9 @@ def hugepage_size_from_name(name: str) -> int:
     """Inverse of `hugepage_size_name`: "2MB" -> 2097152."""
     units = {"KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40, "PB": 1 << 50}
     for suffix, mult in units.items():
-        if name.endswith(suffix) and name[: -len(suffix)].isdigit():
+        if name.endswith(suffix) and name[: -len(suffix)].isascii() and name[: -len(suffix)].isdigit():
             return int(name[: -len(suffix)]) * mult
-    if name.endswith("B") and name[:-1].isdigit():
+    if name.endswith("B") and name[:-1].isascii() and name[:-1].isdigit():
         return int(name[:-1])
     raise ValueError(f"invalid huge page size name {name!r}")
 

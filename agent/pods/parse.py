@@ -46,7 +46,12 @@ def pod_key(raw: Mapping[str, Any]) -> str:
     meta = raw.get("metadata") if isinstance(raw, Mapping) else None
     if not isinstance(meta, Mapping):
         return "<pod without metadata>"
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+    return f"{_shown(meta.get('namespace') or 'default')}/{_shown(meta.get('name') or '<unnamed>')}"
+
+
+def _shown(v: object) -> str:
+    """A name as it can be printed on one line: a hostile name (newlines, escapes) is quoted."""
+    return v if isinstance(v, str) and v.isprintable() else repr(v)
 
 
 def resource_list(raw: object, what: str) -> Resources:

@@ -30,14 +30,19 @@ def _kv(text: str | None) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in (text or "").splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+        if len(parts) == 2 and _digits(parts[1].lstrip("-")):
             out[parts[0]] = int(parts[1])
     return out
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also accepts '²' and other digits int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def _int(text: str | None) -> int | None:
     t = (text or "").strip()
-    return int(t) if t.isdigit() else None
+    return int(t) if _digits(t) else None
 
 
 def parse_v1(files: Mapping[str, str | None]) -> Counters:
