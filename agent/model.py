@@ -116,6 +116,8 @@ class ContainerStatusView:
     runtime: str | None = None  # "containerd", "cri-o", "docker" (the scheme of the status containerID)
     running: bool = False
     restart_count: int = 0
+    # status.containerStatuses[].allocatedResources: the requests the kubelet admitted (None: not reported)
+    allocated: Resources | None = None
 
 
 @dataclass(frozen=True, slots=True)

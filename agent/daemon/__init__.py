@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -20,7 +21,6 @@ from agent.compute import NodeComputation
 from agent.daemon.components import ComponentFactory, DaemonContext
 from agent.daemon.core import Daemon, PodSource
 from agent.daemon.ownership import Ownership, Thing, resolve
-from agent.daemon.pipeline_reconciler import PipelineReconciler, RunnerFactory
 from agent.daemon.reconciler import Reconciler
 from agent.execute import CgroupStepRunner, ContainerUpdater
 from agent.kube.status import StatusReporter
@@ -93,32 +93,43 @@ def _wait_for_node(core: Any, node: str, settings: Settings, stop: threading.Eve
 def select_reconciler(
     settings: Settings, env: pipeline.Environment, ownership: Ownership, cri: ContainerUpdater | None
 ) -> Reconciler:
-    """`engine` (the resize engine: admission, RestartContainer, allocated-state checkpoint) when the agent
-    owns every managed thing; otherwise `pipeline`, which writes only what the agent owns, backs off
-    from drift and yields to another writer. `reconciler: engine|pipeline` forces one."""
-    choice = settings.reconciler
-    if choice == "auto":
-        everything = all(ownership.writes(t) for t in Thing)
-        choice = "engine" if everything else "pipeline"
-    log.info("reconciler", kind=choice, setting=settings.reconciler)
-    if choice == "engine":
-        from agent.daemon.drift import DriftTracker
-        from agent.daemon.engine_reconciler import EngineReconciler
-        from agent.daemon.gate import Gate
-        from agent.resize.engine import ResizeEngine
+    """The one reconciler, on every node: the resize engine (admission, Deferred/Infeasible,
+    RestartContainer, the per-pod state store) behind the ownership table and the drift gate. On a node
+    whose kubelet resizes containers, the same code runs with the kubelet's things observed, never
+    written: no CRI calls, the kubelet's allocation followed (`ContainerStatus.allocatedResources`)."""
+    from agent.daemon.drift import DriftTracker
+    from agent.daemon.engine_reconciler import EngineReconciler
+    from agent.daemon.gate import Gate
+    from agent.resize.engine import ResizeEngine
 
-        gate = Gate(
-            ownership,
-            DriftTracker(settings.drift_max_reverts, settings.drift_backoff_s),
-            settings.cgroup_driver is DriverKind.SYSTEMD,
+    if "reconciler" in settings.explicit:
+        log.warning(
+            "config.deprecated",
+            key="reconciler",
+            value=settings.reconciler,
+            message="reconciler: is deprecated and ignored: one reconciler runs on every node; "
+            "remove the key (it will be refused in the next release)",
         )
-        return EngineReconciler(
-            ResizeEngine(settings, env, cri), observe_only=settings.observe_only, gate=gate
-        )
-    return PipelineReconciler(settings, env, ownership, cri, runner_for=_systemd_runners(settings, env))
+    gate = Gate(
+        ownership,
+        DriftTracker(settings.drift_max_reverts, settings.drift_backoff_s),
+        settings.cgroup_driver is DriverKind.SYSTEMD,
+    )
+    containers_mine = ownership.writes(Thing.CONTAINER_RESIZES)
+    engine = ResizeEngine(
+        settings,
+        env,
+        cri if containers_mine else None,
+        runner_for=_systemd_runners(settings, env),
+        kubelet_admits=not containers_mine,
+    )
+    log.info("reconciler", containers="agent" if containers_mine else ownership.owner(Thing.CONTAINER_RESIZES).value)
+    return EngineReconciler(engine, observe_only=settings.observe_only, gate=gate)
 
 
-def _systemd_runners(settings: Settings, env: pipeline.Environment) -> RunnerFactory | None:
+def _systemd_runners(
+    settings: Settings, env: pipeline.Environment
+) -> Callable[[NodeComputation], CgroupStepRunner] | None:
     """Under the systemd driver, pod and tier values go through unit properties first (as `apply` does),
     or systemd puts its own back on the next daemon-reload."""
     if settings.cgroup_driver is not DriverKind.SYSTEMD:

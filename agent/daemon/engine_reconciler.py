@@ -50,10 +50,18 @@ class EngineReconciler:
     def __post_init__(self) -> None:
         if self.gate is not None:
             self.engine.node_filter = self._filter
+            self.engine.owned = self._owned
+
+    def _owned(self, node: NodeDiff) -> NodeDiff:
+        assert self.gate is not None
+        gated = self.gate.owned(node)
+        if gated.notes:
+            self._gated.append(gated)
+        return gated.node
 
     def _filter(self, node: NodeDiff) -> NodeDiff:
         assert self.gate is not None
-        gated = self.gate.filter(node, pod_level_limits=False, now=self.clock())
+        gated = self.gate.filter(node, now=self.clock())
         self._gated.append(gated)
         return gated.node
 

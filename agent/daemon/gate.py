@@ -33,6 +33,11 @@ def thing_of(f: FileDiff, pod_level_limits: bool) -> Thing:
     return Thing.POD_LEVEL_LIMITS if pod_level_limits and name in _LIMIT_FILES else Thing.POD_CGROUPS
 
 
+def _pods_with_pod_level_limits(node: NodeDiff) -> frozenset[str]:
+    """The pods (keys) whose pod cgroup limits come from pod-level resources, not from their containers."""
+    return frozenset(p.pod.key for p in node.computation.pods if p.pod.pod_limits is not None)
+
+
 @dataclass(frozen=True, slots=True)
 class Gated:
     node: NodeDiff
@@ -65,13 +70,42 @@ class Gate:
             for path, value in pairs:
                 self.drift.wrote(path, value, now)
 
-    def filter(self, node: NodeDiff, pod_level_limits: bool, now: float) -> Gated:
+    def owned(self, node: NodeDiff) -> Gated:
+        """Keep only the differences the agent owns: what the kubelet owns is observed, never written
+        (a value owned as `observe` is reported once per value it takes). No drift bookkeeping: this runs
+        on every pass, a pod's own resize included."""
+        files: list[FileDiff] = []
+        notes: list[DriftNote] = []
+        pod_level = _pods_with_pod_level_limits(node)
+        with self._lock:
+            for f in node.files:
+                if f.differs and self._not_mine(f, pod_level, notes):
+                    files.append(replace(f, differs=False))
+                else:
+                    files.append(f)
+        return Gated(NodeDiff(tuple(files), node.warnings, node.errors, node.computation), tuple(notes), (), None)
+
+    def _not_mine(self, f: FileDiff, pod_level: frozenset[str], notes: list[DriftNote]) -> bool:
+        thing = thing_of(f, f.desired.pod in pod_level)
+        owner = self.ownership.owner(thing)
+        if owner is Owner.AGENT:
+            return False
+        path = f.setting.path
+        if owner is Owner.OBSERVE and (path, f.current) not in self._observed:
+            self._observed.add((path, f.current))
+            notes.append(
+                DriftNote(thing.value, path, "observed", f"{path} is {f.current}, the agent would write {f.setting.value}")
+            )
+        return True
+
+    def filter(self, node: NodeDiff, now: float) -> Gated:
         """Keep the differences the agent owns and is not holding back (drift backoff, yielded)."""
         files: list[FileDiff] = []
         notes: list[DriftNote] = []
         warnings: list[str] = []
         hold: float | None = None
         systemd = self.systemd
+        pod_level = _pods_with_pod_level_limits(node)
         with self._lock:
             for f in node.files:
                 path = f.setting.path
@@ -79,21 +113,10 @@ class Gate:
                     self.drift.converged(path)
                     files.append(f)
                     continue
-                thing = thing_of(f, pod_level_limits)
-                owner = self.ownership.owner(thing)
-                if owner is not Owner.AGENT:
-                    if owner is Owner.OBSERVE and (path, f.current) not in self._observed:
-                        self._observed.add((path, f.current))
-                        notes.append(
-                            DriftNote(
-                                thing.value,
-                                path,
-                                "observed",
-                                f"{path} is {f.current}, the agent would write {f.setting.value}",
-                            )
-                        )
+                if self._not_mine(f, pod_level, notes):
                     files.append(replace(f, differs=False))
                     continue
+                thing = thing_of(f, f.desired.pod in pod_level)
                 decision = self.drift.decide(path, f.setting.value, now)
                 if decision.action is Action.APPLY:
                     files.append(f)

@@ -468,7 +468,7 @@ class PipelineReconciler:
 
     def _filter(self, node: NodeDiff, pod_level_limits: bool) -> Gated:
         """Keep the differences the agent owns and is not holding back (drift backoff, yielded)."""
-        return self.gate.filter(node, pod_level_limits, self.clock())
+        return self.gate.filter(node, self.clock())
 
     def _run(self, plan: Plan, runner: CgroupStepRunner, stop: StopRequested) -> _Run:
         """The steps one at a time: stop after the current one when asked, stop at the first failure. A

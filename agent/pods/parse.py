@@ -155,9 +155,13 @@ def _statuses(raw: object, key: str) -> tuple[ContainerStatusView, ...]:
         state = st.get("state")
         running = isinstance(state, Mapping) and "running" in state
         restarts = st.get("restartCount", 0)
+        try:  # what the kubelet admitted (requests only; in-place resize, k8s >= 1.33)
+            allocated = resource_list(st["allocatedResources"], f"container {st['name']!r} allocatedResources") if "allocatedResources" in st else None
+        except quantity.QuantityError as err:
+            raise PodParseError(key, str(err)) from err
         out.append(
             ContainerStatusView(
-                st["name"], cid, runtime, running, restarts if isinstance(restarts, int) else 0
+                st["name"], cid, runtime, running, restarts if isinstance(restarts, int) else 0, allocated
             )
         )
     return tuple(out)

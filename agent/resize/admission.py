@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from agent.compute.aggregate import pod_requests
 from agent.compute.qos import compute_qos
@@ -40,6 +41,7 @@ class Admission:
     verdict: Verdict
     reason: str = ""
     message: str = ""
+    on_next_update: bool = False  # Deferred until something else moves (not a capacity wait): look each pass
 
 
 ACCEPTED = Admission(Verdict.ACCEPTED)
@@ -182,3 +184,51 @@ def admit(
                 f"used by other pods: {_fmt(resource, used)}, allocatable: {_fmt(resource, total)}",
             )
     return ACCEPTED
+
+
+def admit_after_kubelet(
+    pod: PodView,
+    allocated: PodAllocation,
+    desired: PodAllocation,
+    others: Iterable[PodView],
+    node: NodeCapacity,
+    others_used: tuple[int, int] | None = None,
+) -> Admission:
+    """Admission on a node whose kubelet resizes containers: the kubelet admits the containers' new
+    values and the agent follows its allocation, so the tiers it sizes agree with the kubelet's. A
+    container whose `allocatedResources` is reported and differs from the new requests is not admitted
+    yet (the kubelet deferred it or has not looked): Deferred, looked at again on the pod's next update.
+    Not reported (an older kubelet, a bare status): the spec is followed, as the API server accepted it.
+    A change of pod-level values, which the agent's own source can make, still goes through `admit`."""
+    for want in (*desired.containers, *desired.init_containers):
+        st = pod.status_of(want.name)
+        if st is None or st.allocated is None:
+            continue
+        got, new = st.allocated, want.requests
+        if (got.cpu_milli, got.memory) != (new.cpu_milli, new.memory):
+            return Admission(
+                Verdict.DEFERRED,
+                "WaitingForKubelet",
+                f"container {want.name!r}: the kubelet has allocated {_requests(got)}, not {_requests(new)} yet",
+                on_next_update=True,
+            )
+    if (allocated.pod_requests, allocated.pod_limits) != (desired.pod_requests, desired.pod_limits):
+        return admit(pod, allocated, desired, others, node, others_used)
+    return ACCEPTED
+
+
+def _requests(r: Resources) -> str:
+    parts = [f"cpu={r.cpu_milli}m" if r.cpu_milli is not None else "", f"memory={r.memory}" if r.memory is not None else ""]
+    return ", ".join(p for p in parts if p) or "no requests"
+
+
+class Admit(Protocol):
+    def __call__(
+        self,
+        pod: PodView,
+        allocated: PodAllocation,
+        desired: PodAllocation,
+        others: Iterable[PodView],
+        node: NodeCapacity,
+        others_used: tuple[int, int] | None = None,
+    ) -> Admission: ...

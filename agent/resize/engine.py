@@ -63,7 +63,7 @@ from agent.plan import (
     without_tier_memory_growth,
 )
 from agent.resize import state as sm
-from agent.resize.admission import NodeCapacity
+from agent.resize.admission import Admit, NodeCapacity, admit, admit_after_kubelet
 from agent.resize.allocation import rebuild_allocation, with_allocation
 from agent.resize.checkpoint import CheckpointCorrupt, CheckpointStore, Encoder
 from agent.resize.scope import restarts_for, restrict
@@ -219,10 +219,20 @@ class ResizeEngine:
         clock: Callable[[], float] = time.monotonic,
         timing: sm.Timing = DEFAULT_TIMING,
         node_filter: Callable[[NodeDiff], NodeDiff] | None = None,
+        owned: Callable[[NodeDiff], NodeDiff] | None = None,
+        runner_for: Callable[[NodeComputation], CgroupStepRunner] | None = None,
+        kubelet_admits: bool = False,
     ) -> None:
         # `node_filter`: what of the node-wide pass may be written now (the daemon's drift backoff); a
-        # pod's own resize is never held back by it
+        # pod's own resize is never held back by it. `owned`: the differences the agent owns, applied to
+        # every snapshot (a kubelet-owned value is observed, never written, in a pod's own resize too).
         self.node_filter = node_filter
+        self.owned = owned
+        # `runner_for`: a pass's cgroup steps through a runner that needs the pass's desired values (the
+        # systemd driver sets unit properties first); otherwise `cgroup` for every pass
+        self.runner_for = runner_for
+        # `kubelet_admits`: the kubelet resizes containers here; the agent follows its allocation
+        self.admit: Admit = admit_after_kubelet if kubelet_admits else admit
         self.settings = settings
         self.env = env
         self.runtime = runtime
@@ -335,7 +345,8 @@ class ResizeEngine:
         files = self.env.files
 
         def run(plan: Plan, node: NodeDiff) -> Execution:
-            return execute(plan, self.cgroup, self.runtime, on_step=self._on_step)
+            cgroup = self.runner_for(node.computation) if self.runner_for is not None else self.cgroup
+            return execute(plan, cgroup, self.runtime, on_step=self._on_step)
 
         return self._pass(files, run, include_containers=self.runtime is not None, save=True, full=full)
 
@@ -366,7 +377,7 @@ class ResizeEngine:
         self._lingering = lingering
         self._refresh()
         self._state, accepted = sm.admit_pending(
-            self._state, self._pods, self.capacity, now, self.timing, used=self._used
+            self._state, self._pods, self.capacity, now, self.timing, used=self._used, decide=self.admit
         )
         report.accepted = accepted
         self._stale.update(accepted)
@@ -484,6 +495,8 @@ class ResizeEngine:
         observed = Observation({p: texts[p] for p in paths}, dirs)
         extra = {p: texts[p] for p in extra_paths}
         node, waiting = not_yet_created(diff(comp, wanted, observed))
+        if self.owned is not None:
+            node = self.owned(node)
         return Snapshot(node, extra, waiting)
 
     # ---- driving one pod ----

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from agent.compute.aggregate import pod_requests
 from agent.compute.node import TERMINAL_PHASES
 from agent.model import PodUID, PodView
-from agent.resize.admission import NodeCapacity, Verdict, admit
+from agent.resize.admission import Admit, NodeCapacity, Verdict, admit
 from agent.resize.allocation import allocation_of, with_allocation
 from agent.resize.types import PodAllocation, ResizeState, ResizeStatus
 
@@ -160,6 +160,7 @@ def admit_pending(
     now: float,
     timing: Timing,
     used: tuple[int, int] | None = None,
+    decide: Admit = admit,
 ) -> tuple[EngineState, list[PodUID]]:
     """Admit queued resizes in arrival order; returns the new state and the UIDs accepted (whose
     allocations the caller must checkpoint before actuating anything). `used`: the summed allocated
@@ -191,7 +192,7 @@ def admit_pending(
                     if p.uid != rec.uid and p.uid in state.records and p.phase not in TERMINAL_PHASES
                 ]
             )
-            decision = admit(pod, rec.allocated, rec.desired, others, node, others_used)
+            decision = decide(pod, rec.allocated, rec.desired, others, node, others_used)
             if decision.verdict is Verdict.ACCEPTED:
                 after = pod_requests(with_allocation(pod, rec.desired))
                 if used is not None and pod.phase not in TERMINAL_PHASES:
@@ -220,7 +221,7 @@ def admit_pending(
                     state=ResizeState.DEFERRED,
                     reason=decision.reason,
                     message=decision.message,
-                    not_before=now + timing.deferred_retry_s,
+                    not_before=now + (0.0 if decision.on_next_update else timing.deferred_retry_s),
                 )
             else:
                 new = replace(

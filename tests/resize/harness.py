@@ -95,6 +95,8 @@ class PodInfo:
     pod_dir: str  # below each mount
     containers: dict[str, str] = field(default_factory=dict)  # name -> current container id
     attempts: dict[str, int] = field(default_factory=dict)
+    # name -> status.containerStatuses[].allocatedResources, as a kubelet that resizes reports it
+    allocated: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class ResizeNode:
@@ -182,7 +184,12 @@ class ResizeNode:
         raw["status"] = {
             "phase": "Running",
             "containerStatuses": [
-                {"name": n, "containerID": f"containerd://{cid}", "state": {"running": {}}}
+                {
+                    "name": n,
+                    "containerID": f"containerd://{cid}",
+                    "state": {"running": {}},
+                    **({"allocatedResources": info.allocated[n]} if n in info.allocated else {}),
+                }
                 for n, cid in info.containers.items()
             ],
         }
