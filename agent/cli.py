@@ -198,8 +198,9 @@ def _resize_dry_run(settings: Settings, env: Any) -> Any:
     """The resize engine's dry run (agent.resize.engine.dry_run) when a resize checkpoint exists."""
     from agent.pipeline import load_pods
     from agent.resize.engine import dry_run
+    from agent.resize.store import PodStore
 
-    if not (settings.state_dir / "resize-checkpoint.json").exists():
+    if not PodStore(settings.state_dir).exists():
         return None
     return dry_run(settings, env, load_pods(settings).pods)
 

@@ -133,8 +133,10 @@ class EngineReconciler:
             result = self.engine.reconcile(full=full)
             if full:
                 self._last_full = self.clock()
-            if self.gate is not None:
-                self.gate.wrote([p for o in result.steps if o.ok for p in written(o.step)], self.clock())
+            if self.gate is not None:  # what reached the file: a tier set at usage holds the usage
+                clamped = {sf.path: str(sf.set_to) for sf in result.shortfalls}
+                pairs = [(p, clamped.get(p, v)) for o in result.steps if o.ok for p, v in written(o.step)]
+                self.gate.wrote(pairs, self.clock())
         report = self._report(scope, result)
         if self._gated:  # a held value is looked at again in the next node-wide pass (each resync)
             report = replace(

@@ -65,8 +65,8 @@ from agent.plan import (
 from agent.resize import state as sm
 from agent.resize.admission import Admit, NodeCapacity, admit, admit_after_kubelet
 from agent.resize.allocation import rebuild_allocation, with_allocation
-from agent.resize.checkpoint import CheckpointCorrupt, CheckpointStore, Encoder
 from agent.resize.scope import restarts_for, restrict
+from agent.resize.store import PodStore
 from agent.resize.types import PodAllocation, ResizeState, ResizeStatus
 from agent.settings import Settings
 from cgroupfs import layout
@@ -214,7 +214,7 @@ class ResizeEngine:
         env: Environment,
         runtime: ContainerUpdater | None,
         *,
-        store: CheckpointStore | None = None,
+        store: PodStore | None = None,
         cgroup: CgroupStepRunner | None = None,
         clock: Callable[[], float] = time.monotonic,
         timing: sm.Timing = DEFAULT_TIMING,
@@ -236,15 +236,13 @@ class ResizeEngine:
         self.settings = settings
         self.env = env
         self.runtime = runtime
-        self.store = store or CheckpointStore(settings.state_dir)
+        self.store = store or PodStore(settings.state_dir)
         self.cgroup = cgroup or file_runner(env.files)
         self.clock = clock
         self.timing = timing
         self.capacity = NodeCapacity(settings.allocatable, settings.cpu_manager_policy)
         self._state = sm.EngineState()
         self._pods: dict[PodUID, PodView] = {}
-        self._saved: bytes | None = None
-        self._encoder = Encoder()
         self._saved_records: object = None  # the records mapping last saved (immutable: identity = unchanged)
         # Kept between passes so a pass costs O(the pods it acts on): each pod's computation at its
         # allocated values, its share of the tier sums and of the allocated requests (admission).
@@ -264,23 +262,21 @@ class ResizeEngine:
         values, and only then queue the pods' pending resizes. Returns the warnings for the log.
         With `persist` off (dry runs) nothing is written, not even a rebuilt checkpoint."""
         problems: list[Problem] = []
-        try:
-            records = self.store.load()
-        except CheckpointCorrupt as err:
-            moved = self.store.quarantine() if persist else self.store.path
-            problems.append(
-                Problem(None, f"{err}; moved to {moved}; rebuilding the allocated state from the kernel")
-            )
-            records = None
-        if records is None:
-            if not problems:
+        loaded = self.store.load(persist=persist)
+        if loaded.migrated is not None:
+            problems.append(Problem(None, f"the resize checkpoint was migrated to {self.store.path} (one record per pod); the old file is {loaded.migrated}"))
+        damaged = {d.uid for d in loaded.damaged}
+        for d in loaded.damaged:
+            where = f"; moved to {d.moved_to}" if d.moved_to else ""
+            problems.append(Problem(None, f"{d.reason}{where}; that pod's allocated state is rebuilt from the kernel"))
+        if not loaded.found:
+            if not loaded.damaged:
                 problems.append(
-                    Problem(
-                        None,
-                        f"no resize checkpoint at {self.store.path}: allocated state rebuilt from the kernel",
-                    )
+                    Problem(None, f"no resize state at {self.store.path}: allocated state rebuilt from the kernel")
                 )
             records = self._rebuild(pods)
+        else:
+            records = [*loaded.records, *self._rebuild([p for p in pods if p.uid in damaged])]
         self._state = sm.restore(records)
         self._stale.update(self._comps)
         self._pods = {}
@@ -353,12 +349,12 @@ class ResizeEngine:
     def dry_run(self) -> PassReport:
         """The steps `reconcile` would run now, in order, assuming each succeeds; nothing is written and
         the engine's state is left as it was. Container steps are shown even without a runtime."""
-        saved_state, saved_bytes, dirty = self._state, self._saved, set(self._dirty)
+        saved_state, dirty = self._state, set(self._dirty)
         sim = _Simulated(self.env.files)
         try:
             return self._pass(sim, sim.run, include_containers=True, save=False, full=True)
         finally:
-            self._state, self._saved, self._dirty = saved_state, saved_bytes, dirty
+            self._state, self._dirty = saved_state, dirty
             self._stale.update(self._pods)  # allocations may have moved during the dry run
 
     def _pass(
@@ -611,18 +607,12 @@ class ResizeEngine:
     # ---- checkpoint ----
 
     def _save(self) -> None:
-        """Write the checkpoint when the records changed (the state is immutable: an unchanged pass
-        keeps the very same mapping, so nothing is encoded) and their encoding differs."""
+        """Write the records that changed (the state is immutable: an unchanged pass keeps the very
+        same mapping, so nothing is looked at); the store writes only the changed pods' records."""
         records = self._state.records
         if records is self._saved_records:
             return
-        data = self._encoder.encode(records.values())
-        if data != self._saved:
-            if type(self.store).save is CheckpointStore.save:
-                self.store.save(records.values(), data)
-            else:  # a store of its own (tests, bench) keeps the one-argument save
-                self.store.save(records.values())
-            self._saved = data
+        self.store.save(records.values())
         self._saved_records = records
 
     def _rebuild(self, pods: Sequence[PodView]) -> list[sm.PodRecord]:
@@ -707,8 +697,8 @@ def dry_run(settings: Settings, env: Environment, pods: Sequence[PodView]) -> Pa
     """`plan` on a node whose resizes the agent manages (a checkpoint exists): what the engine would run
     now, from the checkpointed allocations; None when there is no checkpoint (the plain pipeline then
     shows the plan from the spec values)."""
-    store = CheckpointStore(settings.state_dir)
-    if not store.path.exists():
+    store = PodStore(settings.state_dir)
+    if not store.exists():
         return None
     engine = ResizeEngine(settings, env, None, store=store)
     warnings = engine.start(pods, persist=False)

@@ -6,7 +6,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import grpc
-import pytest
 
 from tests.daemon.conftest import CONDITION, Env, api_pod, wait_for
 from tests.daemon.fakeapi import FakeCluster, Recorded
@@ -45,11 +44,10 @@ def test_a_pod_added_gets_its_pod_cgroup_and_the_tiers_applied(env: Env) -> None
     assert daemon.terminate() == 0
 
 
-@pytest.mark.parametrize("reconciler", ["engine", "pipeline"])
-def test_a_resize_is_applied_in_order_and_reported(env: Env, reconciler: str) -> None:
+def test_a_resize_is_applied_in_order_and_reported(env: Env) -> None:
     env.node.add_pod(manifest("g", [ctr("app", lim={"cpu": "500m", "memory": "256Mi"})]))
     env.publish("g")
-    daemon = env.daemon(reconciler=reconciler)
+    daemon = env.daemon()
     daemon.ready()
     wait_for(lambda: env.node.read(f"cpu/{env.node.pods['g'].pod_dir}/cpu.cfs_quota_us") == "50000", "g applied")
     wait_for(lambda: daemon.logged("reconcile", pod="default/g"), "g's first pass to end")  # nothing of it left
@@ -138,12 +136,11 @@ def test_a_dropped_watch_resumes_from_its_resource_version_without_relisting(env
     assert daemon.terminate() == 0
 
 
-@pytest.mark.parametrize("reconciler", ["pipeline", "engine"])
-def test_sigterm_mid_resize_stops_cleanly_and_the_next_start_completes_it(env: Env, reconciler: str) -> None:
+def test_sigterm_mid_resize_stops_cleanly_and_the_next_start_completes_it(env: Env) -> None:
     two = [ctr(n, lim={"cpu": "500m", "memory": "128Mi"}) for n in ("one", "two")]
     env.node.add_pod(manifest("g", two))
     env.publish("g")
-    daemon = env.daemon(reconciler=reconciler)
+    daemon = env.daemon()
     daemon.ready()
     pod_dir = env.node.pods["g"].pod_dir
     wait_for(lambda: env.node.read(f"cpu/{pod_dir}/cpu.cfs_quota_us") == "100000", "g applied")
@@ -177,7 +174,7 @@ def test_sigterm_mid_resize_stops_cleanly_and_the_next_start_completes_it(env: E
     service.on_update = original
     service.errors.clear()
     uid = env.uid("g")
-    second = env.daemon(reconciler=reconciler)
+    second = env.daemon()
     wait_for(lambda: [env.node.container_state("g", n)[0] for n in ("one", "two")] == [1.0, 1.0], "completion")
     wait_for(lambda: "ResizeDone" in env.cluster.event_reasons(uid), "ResizeDone after the restart")
     assert env.node.violations == []
@@ -215,7 +212,7 @@ def test_observe_only_reports_drift_and_writes_nothing(env: Env) -> None:
 def test_a_value_reverted_again_and_again_is_left_to_its_owner_with_one_warning(env: Env) -> None:
     env.node.add_pod(_burstable("web"))
     env.publish("web")
-    daemon = env.daemon(reconciler="pipeline", resyncPeriod="200ms", driftBackoff="10ms", driftMaxReverts=2)
+    daemon = env.daemon(resyncPeriod="200ms", driftBackoff="10ms", driftMaxReverts=2)
     daemon.ready()
     for _ in range(3):  # another writer puts the kubelet-era value back each time the agent fixes it
         wait_for(lambda: env.node.read(BURSTABLE_SHARES) == "256", "the agent's value")

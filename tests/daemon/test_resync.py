@@ -1,5 +1,5 @@
-"""A resync reads the node once and passes only the pods that need it (changed, unsettled, or drifted),
-instead of one pass per pod; the resize engine's resync is its node-wide pass."""
+"""A resync is the reconciler's node-wide pass: the node read once, drift anywhere converged; between
+resyncs a pod event's pass costs what changed."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import pytest
 
 from agent.daemon.core import Daemon
 from agent.daemon.engine_reconciler import EngineReconciler
-from agent.daemon.ownership import resolve
-from agent.daemon.pipeline_reconciler import PipelineReconciler
 from agent.metrics import Metrics
 from agent.model import PodView
 from agent.queue import TIERS
@@ -31,19 +29,6 @@ def node(tmp_path: Path) -> Iterator[ResizeNode]:
             yield n
         finally:
             n.close()
-
-
-def test_the_pipeline_passes_only_pods_changed_unsettled_or_drifted(node: ResizeNode) -> None:
-    rec = PipelineReconciler(node.settings, node.env, resolve({}, None, {}), node.client)
-    views = {v.name: v for v in node.views()}
-    assert rec.stale(list(views.values())) == {v.uid for v in views.values()}  # never passed yet
-    for v in views.values():
-        rec.reconcile_pod(v, lambda: False)
-    assert rec.stale(list(views.values())) == set()  # converged: a resync costs one read, no pass
-
-    node.tree.set(node.pod_path("b", "cpu.cfs_quota_us"), "90000")  # someone else changed b
-    changed = node.view("c")  # a new view of c (an update not passed yet)
-    assert rec.stale([views["a"], views["b"], changed]) == {views["b"].uid, changed.uid}
 
 
 def test_the_engine_resync_is_its_node_wide_pass(node: ResizeNode) -> None:

@@ -36,9 +36,9 @@ from agent.execute import CgroupStepRunner, file_runner
 from agent.model import PodView
 from agent.plan import CgroupStep
 from agent.pods.parse import parse_pod
-from agent.resize.checkpoint import CheckpointStore
 from agent.resize.engine import PassReport, ResizeEngine
 from agent.resize.state import Timing
+from agent.resize.store import PodStore
 from agent.resize.types import ResizeState
 from agent.settings import Settings, from_mapping
 from cgroupfs.files import CgroupError
@@ -219,7 +219,7 @@ def _rig(root: KernelRoot, cri: FakeCRI, tmp_path: Path, allocatable: str, raws:
         settings,
         env,
         client,
-        store=CheckpointStore(settings.state_dir),
+        store=PodStore(settings.state_dir),
         cgroup=recording(file_runner(env.files)),
         timing=Timing(backoff_base_s=0.0, backoff_cap_s=0.0, deferred_retry_s=0.0),
     )

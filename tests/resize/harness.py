@@ -24,9 +24,9 @@ from agent.model import ContainerID, ContainerValues, PodView
 from agent.pipeline import Environment, owned_roots
 from agent.plan import CgroupStep
 from agent.pods.parse import parse_pod
-from agent.resize.checkpoint import CheckpointStore
 from agent.resize.engine import ResizeEngine
 from agent.resize.state import Timing
+from agent.resize.store import PodStore
 from agent.settings import Settings, parse_allocatable
 from cgroupfs.convert import V1_UNLIMITED_READBACK
 from cgroupfs.files import CgroupFiles
@@ -225,7 +225,7 @@ class ResizeNode:
             self.settings,
             self.env,
             _Runtime(self.client, self._stopped),
-            store=CheckpointStore(self.settings.state_dir),
+            store=PodStore(self.settings.state_dir),
             cgroup=self._runner(file_runner(self.files)),
             timing=timing or Timing(backoff_base_s=0.0, backoff_cap_s=0.0, deferred_retry_s=0.0),
             **({"clock": clock} if clock else {}),

@@ -38,7 +38,8 @@ def test_plan_and_explain_show_resize_steps_and_state(
         f"cgroupfs: {node.tree.root}\npods: {pods}\nstateDir: {node.settings.state_dir}\n"
         "cgroupVersion: '1'\nhugepageSizes: []\nallocatable: {cpu: '8', memory: 16Gi}\n"
     )
-    checkpoint = (node.settings.state_dir / "resize-checkpoint.json").read_bytes()
+    records = node.settings.state_dir / "pods"
+    checkpoint = {f.name: f.read_bytes() for f in records.iterdir()}
     before = node.read(node.pod_path("p", "cpu.cfs_quota_us"))
 
     assert main(["plan", "--config", str(config), "-o", "json"]) == 1
@@ -54,5 +55,5 @@ def test_plan_and_explain_show_resize_steps_and_state(
     assert "resize default/p: InProgress (WaitingForRestart)" in capsys.readouterr().out
 
     assert node.read(node.pod_path("p", "cpu.cfs_quota_us")) == before  # dry runs write nothing
-    assert (node.settings.state_dir / "resize-checkpoint.json").read_bytes() == checkpoint
+    assert {f.name: f.read_bytes() for f in records.iterdir()} == checkpoint
     assert node.cri.service.calls_of("StopContainer") == []

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from agent.resize.allocation import allocation_of
-from agent.resize.checkpoint import CheckpointStore
+from agent.resize.store import PodStore
 from tests.resize.harness import ResizeNode, ctr, manifest
 from tests.resize.test_matrix import assert_kubelet_values
 
@@ -105,8 +105,8 @@ def test_sigkill_at_random_points_then_converge(node: ResizeNode, tmp_path: Path
     assert statuses is not None and all(s["state"] == "Done" for s in statuses)
     assert node.violations == []
     assert_kubelet_values(node, "p")  # the latest desired state: nothing lost
-    saved = CheckpointStore(node.settings.state_dir).load()
-    assert saved is not None and saved[0].allocated == allocation_of(node.view("p"))
+    saved = PodStore(node.settings.state_dir).load(persist=False).records
+    assert saved and saved[0].allocated == allocation_of(node.view("p"))
 
 
 def test_kill_right_after_admission_keeps_the_allocation(node: ResizeNode, tmp_path: Path) -> None:
@@ -117,8 +117,8 @@ def test_kill_right_after_admission_keeps_the_allocation(node: ResizeNode, tmp_p
     eng.reconcile()
     node.resize("p", {"c1": spec("500m/256Mi"), "c2": spec("100m/64Mi")})
     assert run_agent(node, tmp_path, kill_at=0) is None
-    saved = CheckpointStore(node.settings.state_dir).load()
-    assert saved is not None and saved[0].allocated == allocation_of(node.view("p"))
+    saved = PodStore(node.settings.state_dir).load(persist=False).records
+    assert saved and saved[0].allocated == allocation_of(node.view("p"))
     assert saved[0].arrival is not None  # in flight when it died
     assert node.read(node.container_path("p", "c1", "memory.limit_in_bytes")) == str(128 << 20)
     statuses = run_agent(node, tmp_path, kill_at=None)

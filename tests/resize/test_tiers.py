@@ -1,5 +1,5 @@
 """The QoS tiers move with every resize and departure, in an order that protects the higher tiers
-(fake CRI, fake v1 tree, both reconcilers): qos-reserved memory 100% on a 16 GiB node.
+(fake CRI, fake v1 tree; the engine alone and as the daemon's reconciler): qos-reserved memory 100% on a 16 GiB node.
 
 - a Guaranteed pod's memory grows in place: BestEffort, then Burstable shrink before the pod's values grow;
 - a Burstable pod shrinks: the BestEffort tier grows after the pod's values shrank;
@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from agent.daemon.drift import DriftTracker
+from agent.daemon.engine_reconciler import EngineReconciler
+from agent.daemon.gate import Gate
 from agent.daemon.ownership import resolve
-from agent.daemon.pipeline_reconciler import PipelineReconciler
-from agent.daemon.reconciler import Outcome
 from agent.execute import CgroupStepRunner, file_runner
 from agent.plan import CgroupStep
 from agent.resize.engine import ResizeEngine
@@ -105,20 +106,16 @@ class Engine:
         return [(s.path, s.wanted, s.set_to) for s in self.report.shortfalls]
 
 
-class Pipeline:
-    """The pipeline reconciler as the daemon drives it: a pod pass per event, the tiers item after it."""
+class Reconciler:
+    """The daemon's reconciler (the engine behind the ownership table and the drift gate): a pod item
+    per event, the tiers item after it."""
 
     def __init__(self, node: ResizeNode) -> None:
         self.node = node
-        self.rec = PipelineReconciler(
-            node.settings,
-            node.env,
-            resolve({}, None, {}),
-            node.client,
-            runner_for=lambda comp: node._runner(_kernel(file_runner(node.files), node)),
-        )
-        for view in node.views():
-            self.rec.reconcile_pod(view, lambda: False)
+        engine = Engine(node).engine
+        gate = Gate(resolve({}, None, {}), DriftTracker(3, 60.0), systemd=False)
+        self.rec = EngineReconciler(engine, gate=gate)
+        self.rec.start(node.views())
         self.rec.reconcile_tiers(node.views(), lambda: False)
 
     def resize(self, pod: str, containers: dict[str, dict[str, Any]]) -> None:
@@ -131,6 +128,7 @@ class Pipeline:
         self.report = self.rec.reconcile_tiers(self.node.views(), lambda: False)
 
     def resync(self) -> None:
+        self.rec.stale(self.node.views())
         self.report = self.rec.reconcile_tiers(self.node.views(), lambda: False)
 
     def state(self, pod: str) -> ResizeState | None:
@@ -150,10 +148,10 @@ def _kubelet_removes(node: ResizeNode, pod: str) -> None:
         node.tree.remove(f"{controller}/{info.pod_dir}")
 
 
-@pytest.fixture(params=["engine", "pipeline"])
-def driver(request: pytest.FixtureRequest, node: ResizeNode) -> Engine | Pipeline:
+@pytest.fixture(params=["engine", "reconciler"])
+def driver(request: pytest.FixtureRequest, node: ResizeNode) -> Engine | Reconciler:
     _pods(node)
-    d: Engine | Pipeline = Engine(node) if request.param == "engine" else Pipeline(node)
+    d: Engine | Reconciler = Engine(node) if request.param == "engine" else Reconciler(node)
     assert int(node.read(BURSTABLE)) == ALLOC - GI  # converged before the test's change
     assert int(node.read(BESTEFFORT)) == ALLOC - GI - 512 * MI
     node.events.clear()
@@ -179,7 +177,7 @@ def _update(pod: str) -> Any:
 
 
 def test_a_guaranteed_pod_growing_shrinks_the_lower_tiers_first(
-    node: ResizeNode, driver: Engine | Pipeline
+    node: ResizeNode, driver: Engine | Reconciler
 ) -> None:
     driver.resize("g", {"c": {"limits": {"cpu": "1", "memory": "2Gi"}}})
     ev = node.events
@@ -194,7 +192,7 @@ def test_a_guaranteed_pod_growing_shrinks_the_lower_tiers_first(
 
 
 def test_a_burstable_pod_shrinking_grows_the_besteffort_tier_after(
-    node: ResizeNode, driver: Engine | Pipeline
+    node: ResizeNode, driver: Engine | Reconciler
 ) -> None:
     driver.resize(
         "b",
@@ -210,7 +208,7 @@ def test_a_burstable_pod_shrinking_grows_the_besteffort_tier_after(
     assert node.violations == []
 
 
-def test_a_pod_leaving_moves_the_tiers_in_the_next_pass(node: ResizeNode, driver: Engine | Pipeline) -> None:
+def test_a_pod_leaving_moves_the_tiers_in_the_next_pass(node: ResizeNode, driver: Engine | Reconciler) -> None:
     driver.remove("g")
     assert int(node.read(BURSTABLE)) == ALLOC
     assert int(node.read(BESTEFFORT)) == ALLOC - 512 * MI
@@ -219,7 +217,7 @@ def test_a_pod_leaving_moves_the_tiers_in_the_next_pass(node: ResizeNode, driver
 
 
 def test_a_refused_tier_shrink_is_set_at_usage_and_converges_later(
-    node: ResizeNode, driver: Engine | Pipeline
+    node: ResizeNode, driver: Engine | Reconciler
 ) -> None:
     usage = ALLOC - 2 * GI - 100 * MI  # above the BestEffort tier's next limit
     node.tree.set("memory/kubepods/besteffort/memory.usage_in_bytes", str(usage))
@@ -241,13 +239,14 @@ def test_a_refused_tier_shrink_is_set_at_usage_and_converges_later(
 def test_a_burstable_shrink_held_by_usage_keeps_the_lower_tier_where_it_is(node: ResizeNode) -> None:
     """The tiers grow only once the pod's values are down: not while its decrease waits for usage."""
     _pods(node)
-    d = Pipeline(node)
+    d = Reconciler(node)
     node.set_usage("b", "c", 900 * MI)
     d.resize(
         "b",
         {"c": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}},
     )
-    assert d.report.outcome is Outcome.DEFERRED
+    status = d.rec.status(node.view("b").uid)
+    assert status is not None and status.reason == "MemoryUsageAboveLimit"
     assert int(node.read(BESTEFFORT)) == ALLOC - GI - 512 * MI
     d.resync()  # nor does the tiers item raise it while the pod holds its old values
     assert int(node.read(BESTEFFORT)) == ALLOC - GI - 512 * MI
@@ -267,7 +266,7 @@ def _terminal(node: ResizeNode, pod: str) -> Any:
     return parse_pod(raw)
 
 
-def test_a_terminal_pod_counts_until_its_cgroup_is_gone(node: ResizeNode, driver: Engine | Pipeline) -> None:
+def test_a_terminal_pod_counts_until_its_cgroup_is_gone(node: ResizeNode, driver: Engine | Reconciler) -> None:
     """As the kubelet counts it: a pod that reached a terminal phase still holds its tiers' reservation
     until it is torn down (its pod cgroup removed); then the tiers follow in the next pass."""
     done = _terminal(node, "g")
@@ -292,7 +291,7 @@ def test_a_terminal_pod_counts_until_its_cgroup_is_gone(node: ResizeNode, driver
     assert int(node.read(BESTEFFORT)) == ALLOC - 512 * MI
 
 
-def test_a_pod_being_deleted_still_counts(node: ResizeNode, driver: Engine | Pipeline) -> None:
+def test_a_pod_being_deleted_still_counts(node: ResizeNode, driver: Engine | Reconciler) -> None:
     """deletionTimestamp set, containers still running: nothing about the tiers changes."""
     raw = node.raw("g")
     raw["metadata"] = {**raw["metadata"], "deletionTimestamp": "2026-11-22T00:00:00Z"}

@@ -1,5 +1,5 @@
 """The tiers from running totals equal the tiers recomputed over every pod, after any sequence of pod
-events: the pure accumulator (`RunningTierSums`) and the pipeline reconciler that keeps one."""
+events: the pure accumulator (`RunningTierSums`) and the reconciler (the resize engine) that keeps one."""
 
 from __future__ import annotations
 
@@ -14,17 +14,14 @@ from agent.compute.node import TERMINAL_PHASES
 from agent.compute.tiers import (
     NO_SUMS,
     RunningTierSums,
-    TierSums,
     compute_tiers,
     compute_tiers_from_sums,
     tier_contribution,
     tier_sums,
 )
-from agent.daemon.ownership import resolve
-from agent.daemon.pipeline_reconciler import PipelineReconciler
-from agent.daemon.reconciler import compute_or_note
 from agent.model import PodView, Resources
 from agent.pipeline import Environment
+from agent.resize.engine import ResizeEngine
 from agent.settings import Settings
 from cgroupfs.layout import Hierarchy
 from tests.unit.podbuild import ctr, pod, view
@@ -106,12 +103,10 @@ class _NoFiles:
 
 
 @settings(max_examples=60, deadline=None)
-@given(events(), st.lists(st.booleans(), min_size=30, max_size=30))
-def test_the_pipeline_reconcilers_running_totals_follow_any_event_sequence(
-    evs: list[tuple[str, int, PodView | None]], pod_pass_first: list[bool]
-) -> None:
-    """As the daemon runs them: each event may or may not get its pod pass before the tiers pass (two
-    workers), a departure is a forget; the tiers are always those of compute_node over the live pods."""
+@given(events())
+def test_the_reconcilers_running_totals_follow_any_event_sequence(evs: list[tuple[str, int, PodView | None]]) -> None:
+    """As the daemon feeds it: pod updates and departures in any order; after each, the engine's running
+    tier sums are those of compute_node over the live pods at their allocated values."""
     s = Settings(
         allocatable=Resources(8000, 32 * 1024**3),
         qos_reserved_memory_percent=50,
@@ -120,29 +115,22 @@ def test_the_pipeline_reconcilers_running_totals_follow_any_event_sequence(
     env = Environment(
         s, Hierarchy(v1={"cpu": "cpu", "memory": "memory"}), (2 * 1024**2,), cast(Any, _NoFiles())
     )
-    rec = PipelineReconciler(s, env, resolve({}, None, {}), None)
-    never = lambda: False  # noqa: E731
-    live: dict[str, PodView] = {}
-    pods: list[PodView] = []
-    want = compute_node(pods, rec.cfg)
-    exact = tier_sums(want.pods)
-    for n, (_, i, p) in enumerate(evs):
+    engine = ResizeEngine(s, env, None)
+    cfg = s.compute_config(env.hugepage_sizes)
+    for _, i, p in evs:
         if p is None:
-            live.pop(f"uid-{i}", None)
-            if pod_pass_first[n % 30]:
-                rec.forget_pod(f"uid-{i}")  # type: ignore[arg-type]
+            engine.remove(f"uid-{i}")  # type: ignore[arg-type]
         else:
-            live[p.uid] = p
-            if pod_pass_first[n % 30] and p.phase not in TERMINAL_PHASES:
-                rec.reconcile_pod(p, never)
-        pods = [v for v in live.values() if v.phase not in TERMINAL_PHASES]
-        want = compute_node(pods, rec.cfg)
-        exact = tier_sums(want.pods)
-        # before the pods' passes are done, each share is the larger of old and new: never below
-        got = rec._tier_sums(pods)
-        assert all(getattr(got, f) >= getattr(exact, f) for f in TierSums.__slots__)
-    # once every pod's values are in place (a settled pass), the totals are exact again
-    for p in pods:
-        rec._account(p, rec._share(compute_or_note(p, rec.cfg)), settled=True)
-    assert rec._tier_sums(pods) == exact
-    assert compute_tiers_from_sums(rec._tier_sums(pods), rec.cfg) == want.tiers
+            engine.update(p)
+        engine.snapshot(cast(Any, _NoFiles()))  # a pass's read: the totals are brought up to date
+        live = [v for v in engine.effective_pods() if v.phase not in TERMINAL_PHASES]
+        computable = []
+        for v in live:
+            try:
+                compute_pod(v, cfg)
+            except PodComputeError:
+                continue
+            computable.append(v)
+        want = compute_node(computable, cfg)
+        assert engine._sums.total == tier_sums(want.pods)
+        assert compute_tiers_from_sums(engine._sums.total, cfg) == want.tiers

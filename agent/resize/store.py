@@ -1,0 +1,202 @@
+"""The allocated state on disk, one record per pod: `<state_dir>/pods/<uid>.json`.
+
+Why one file per pod: a resize changes one pod's record, so a save writes and fsyncs only that record
+(temp file + fsync + rename, then one fsync of the directory for the whole batch): O(changed pods), not
+O(node) as the single checkpoint file was. Why not a journal: the records are small and few change per
+pass; a journal would need compaction and a replay on start for no fewer fsyncs (measured in
+BENCHMARKS.md figure 2). A crash leaves each record either old or new; a record that fails any check
+(bad JSON, checksum, kind, version, shape, a file name that is not its UID) is moved aside as
+`<uid>.json.corrupt` and only that pod's allocation is rebuilt from the kernel, with a warning.
+
+The single-file checkpoint of earlier releases (`resize-checkpoint.json`) is migrated on first start:
+its records are written here, then the old file is renamed `.migrated` (kept for one release).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from agent.model import ModelError, validate_pod_uid
+from agent.resize.allocation import allocation_from_json, allocation_to_json
+from agent.resize.checkpoint import CHECKPOINT_NAME, CheckpointCorrupt, CheckpointError, CheckpointStore
+from agent.resize.state import PodRecord
+
+DIR_NAME: Final = "pods"
+KIND: Final = "KubeCgroupAgentPodRecord"
+VERSION: Final = 1
+SUFFIX: Final = ".json"
+
+
+@dataclass(frozen=True, slots=True)
+class Damaged:
+    uid: str
+    reason: str
+    moved_to: Path | None
+
+
+@dataclass(slots=True)
+class Loaded:
+    records: list[PodRecord] = field(default_factory=list)
+    damaged: list[Damaged] = field(default_factory=list)
+    found: bool = False  # any state at all (records, damaged ones, or a migrated checkpoint)
+    migrated: Path | None = None  # the old single-file checkpoint, when it was migrated
+
+
+def _canonical(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def encode_record(r: PodRecord) -> bytes:
+    data = {
+        "uid": r.uid,
+        "pod": r.pod,
+        "allocated": allocation_to_json(r.allocated),
+        "restarted": dict(r.restarted),
+        "arrival": r.arrival,
+    }
+    checksum = "sha256:" + hashlib.sha256(_canonical(data)).hexdigest()
+    return _canonical({"kind": KIND, "version": VERSION, "checksum": checksum, "data": data}) + b"\n"
+
+
+def decode_record(uid: str, raw: bytes) -> PodRecord:
+    """The record, or ValueError naming what is wrong with it."""
+    doc = json.loads(raw)  # ValueError on bad JSON
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        raise ValueError(f"not a {KIND}")
+    if doc.get("version") != VERSION:
+        raise ValueError(f"version {doc.get('version')!r} is not {VERSION}")
+    data = doc.get("data")
+    if doc.get("checksum") != "sha256:" + hashlib.sha256(_canonical(data)).hexdigest():
+        raise ValueError("checksum mismatch (torn or edited record)")
+    if not isinstance(data, dict) or data.get("uid") != uid or not isinstance(data.get("pod"), str):
+        raise ValueError("the record names another pod than its file")
+    restarted = data.get("restarted", {})
+    if not isinstance(restarted, dict) or not all(isinstance(v, str) for v in restarted.values()):
+        raise ValueError("restarted must map container names to IDs")
+    arrival = data.get("arrival")
+    if arrival is not None and (not isinstance(arrival, int) or isinstance(arrival, bool)):
+        raise ValueError("arrival must be an integer or null")
+    try:
+        alloc = allocation_from_json(data.get("allocated"))
+        return PodRecord(validate_pod_uid(uid), data["pod"], alloc, alloc, arrival=arrival, restarted=restarted)
+    except ModelError as err:
+        raise ValueError(str(err)) from err
+
+
+class PodStore:
+    """Reads the records and writes back the ones that changed since the last save."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self.path = self.state_dir / DIR_NAME
+        self.writes = 0  # records written (a figure for the benchmarks and tests)
+        self._saved: dict[str, PodRecord] = {}  # uid -> the record object last written
+
+    def exists(self) -> bool:
+        return self.path.is_dir() or (self.state_dir / CHECKPOINT_NAME).exists()
+
+    def load(self, persist: bool = True) -> Loaded:
+        """Every readable record; damaged ones are moved aside (when `persist`) and listed. With no
+        records yet and an old checkpoint present, that checkpoint is migrated (when `persist`)."""
+        out = Loaded()
+        old = self.state_dir / CHECKPOINT_NAME
+        if not self.path.is_dir() and old.exists():
+            return self._migrate(old, persist)
+        try:
+            names = sorted(f.name for f in self.path.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return out
+        except OSError as err:
+            raise CheckpointError(self.path, f"cannot read: {err.strerror}") from err
+        out.found = True
+        for name in names:
+            if not name.endswith(SUFFIX) or name.startswith("."):
+                continue
+            uid = name[: -len(SUFFIX)]
+            file = self.path / name
+            try:
+                rec = decode_record(uid, file.read_bytes())
+            except (ValueError, OSError) as err:
+                moved = self._quarantine(file) if persist else None
+                out.damaged.append(Damaged(uid, f"pod record {file}: {err}", moved))
+                continue
+            out.records.append(rec)
+            self._saved[rec.uid] = rec
+        return out
+
+    def _migrate(self, old: Path, persist: bool) -> Loaded:
+        out = Loaded(found=True)
+        try:
+            records = CheckpointStore(self.state_dir).load() or []
+        except CheckpointCorrupt as err:
+            moved = CheckpointStore(self.state_dir).quarantine() if persist else None
+            out.damaged.append(Damaged("", str(err), moved))
+            out.found = False  # nothing usable: every pod is rebuilt from the kernel
+            return out
+        out.records = records
+        if persist:
+            self.save(records)
+            target = old.with_name(old.name + ".migrated")
+            old.replace(target)
+            out.migrated = target
+        return out
+
+    def _quarantine(self, file: Path) -> Path | None:
+        target = file.with_name(file.name + ".corrupt")
+        try:
+            file.replace(target)
+        except FileNotFoundError:
+            return None
+        return target
+
+    def save(self, records: Iterable[PodRecord]) -> None:
+        """Write the records that changed (records are immutable: a new object is a change) and remove
+        those of pods that are gone; one directory fsync for the batch."""
+        current = {r.uid: r for r in records}
+        changed = [r for uid, r in current.items() if self._saved.get(uid) is not r]
+        gone = [uid for uid in self._saved if uid not in current]
+        if not changed and not gone:
+            return
+        try:
+            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for r in changed:
+                if self._saved.get(r.uid) is not None and encode_record(self._saved[r.uid]) == encode_record(r):
+                    self._saved[r.uid] = r  # an equal record: nothing to write
+                    continue
+                self._write(r)
+                self._saved[r.uid] = r
+            for uid in gone:
+                (self.path / f"{uid}{SUFFIX}").unlink(missing_ok=True)
+                del self._saved[uid]
+            _fsync_dir(self.path)
+        except OSError as err:
+            raise CheckpointError(self.path, f"cannot write: {err.strerror or err}") from err
+
+    def _write(self, r: PodRecord) -> None:
+        validate_pod_uid(r.uid)  # a UID becomes a file name: never a path
+        final = self.path / f"{r.uid}{SUFFIX}"
+        tmp = self.path / f".{r.uid}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(encode_record(r))
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        tmp.replace(final)
+        self.writes += 1
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
