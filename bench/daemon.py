@@ -3,8 +3,9 @@
 A generated node of 1,000 pods is written as a converged fake cgroup tree on disk (real file I/O, not
 the kernel's files); the fake CRI server (tests.fakes.fake_cri) runs in this process and knows every
 container, mirroring each UpdateContainerResources into the tree as runc would. The daemon runs in its
-own process (`bench.daemon_child`, wired as `agent.daemon.run`), once per reconciler: `pipeline`, and
-`engine` (what `reconciler: auto` picks on a bare node). For each: wait until the first full pass is
+own process (`bench.daemon_child`, wired as `agent.daemon.run`), once per kind of node: `bare` (no
+kubelet that resizes: the agent owns everything) and `kubelet` (kubeletVersion v1.36: the kubelet
+resizes containers and pod cgroups, the agent the tiers). For each: wait until the first full pass is
 done, RSS, CPU over 60 s with no events (the default resyncPeriod, 60 s, so the window holds one
 resync), then pod events one at a time, each timed inside the daemon from the event to the pod's pass
 having applied it and to the next tiers pass finishing. The daemon is stopped by its PID.
@@ -44,7 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 N_PODS = 1000
 IDLE_S = 60.0
 EVENTS = 60
-READY_TIMEOUT_S = {"pipeline": 120.0, "engine": 40.0}
+READY_TIMEOUT_S = {"bare": 60.0, "kubelet": 60.0}
+NODE_KINDS: dict[str, dict[str, Any]] = {"bare": {}, "kubelet": {"kubeletVersion": "v1.36.0"}}
 BUSY_WINDOW_S = 15.0  # CPU window when the first pass is still running (it is all busy time)
 
 
@@ -165,10 +167,10 @@ class Child:
 
 
 def spawn(kind: str, node: Path, config: dict[str, Any], *extra: str, tag: str = "") -> Child:
-    """Start the daemon with reconciler `kind` on `node` (its own config file, state dir and log)."""
+    """Start the daemon on a node of `kind` (NODE_KINDS) on `node` (its own config file, state dir and log)."""
     name = f"{kind}{tag}"
     cfg_file = node / f"config-{name}.json"
-    cfg_file.write_text(json.dumps({**config, "reconciler": kind, "stateDir": str(node / f"state-{name}")}))
+    cfg_file.write_text(json.dumps({**config, **NODE_KINDS[kind], "stateDir": str(node / f"state-{name}")}))
     log = (node / f"daemon-{name}.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.daemon_child", str(cfg_file), str(node / "pods.json"), *extra],
@@ -214,7 +216,7 @@ def stop_child(child: Child) -> None:
 
 def _run_one(kind: str, node: Path, config: dict[str, Any], raws: list[dict[str, Any]]) -> dict[str, Any]:
     child = spawn(kind, node, config)
-    out: dict[str, Any] = {"reconciler": kind, "pid": child.proc.pid}
+    out: dict[str, Any] = {"node": kind, "pid": child.proc.pid}
     try:
         proc = psutil.Process(child.proc.pid)
         ready, progress = wait_ready(child, READY_TIMEOUT_S[kind])
@@ -310,7 +312,7 @@ def fake_node(qos_reserved: str = "50%") -> Iterator[FakeNode]:
 
 def run(repeat: int = 7) -> dict[str, Any]:
     out: dict[str, Any] = {"pods": N_PODS, "idle_window_s": IDLE_S, "events": EVENTS, "runs": {}}
-    for kind in ("pipeline", "engine"):
+    for kind in NODE_KINDS:
         print(f"bench: daemon ({kind}) ...", file=sys.stderr, flush=True)
         with fake_node() as fake:  # a fresh node for each
             out["containers"] = len(fake.service.containers)

@@ -20,8 +20,8 @@ from agent.diff import Owner, desired_files
 from agent.model import UNLIMITED, ContainerID, ContainerValues, PodView
 from agent.pipeline import Environment
 from agent.pods.parse import parse_pod
-from agent.resize.checkpoint import CheckpointStore
 from agent.resize.state import PodRecord
+from agent.resize.store import Loaded, PodStore
 from agent.settings import Settings, parse_allocatable
 from bench.gen import HIERARCHY, make_pod, settings_for
 from cgroupfs import layout
@@ -97,18 +97,21 @@ class MemRuntime:
         self.calls += 1
 
 
-class MemCheckpoints(CheckpointStore):
-    """The resize engine's checkpoint kept in memory (its disk write is I/O, outside figure 2)."""
+class MemCheckpoints(PodStore):
+    """The per-pod state store kept in memory (its disk writes are I/O, timed apart in figure 2)."""
 
     def __init__(self) -> None:
         super().__init__(Path(tempfile.gettempdir()) / "kcg-bench-unused")
-        self.records: list[PodRecord] | None = None
+        self.records: dict[str, PodRecord] = {}
 
-    def load(self) -> list[PodRecord] | None:
-        return self.records
+    def exists(self) -> bool:
+        return bool(self.records)
+
+    def load(self, persist: bool = True) -> Loaded:
+        return Loaded(list(self.records.values()), found=bool(self.records))
 
     def save(self, records: Iterable[PodRecord]) -> None:
-        self.records = list(records)
+        self.records = {r.uid: r for r in records}
 
 
 @dataclass

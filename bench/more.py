@@ -133,12 +133,9 @@ def machine(results: Path | None = None) -> list[str]:
 def _incremental(d: dict[str, Any]) -> list[str]:
     small, big = d["sizes"]["10"], d["sizes"]["1000"]
     rows = [
-        ("pod", "pipeline: pod pass (`reconcile_pod`)"),
-        ("tiers", "pipeline: tiers pass (`reconcile_tiers`), same event"),
-        ("event", "**pipeline: the event as the daemon runs it (pod + tiers)**"),
-        ("proposed_tiers", "proposed: tiers from running per-QoS sums"),
-        ("proposed_event", "**proposed: the event (pod pass + proposed tiers)**"),
-        ("engine_event", "**resize engine: the event (`reconcile_pod`, one pass)**"),
+        ("bare", "**bare node** (the agent owns everything), state store in memory"),
+        ("bare_disk", "bare node, per-pod state store on disk (write + fsync of the changed records)"),
+        ("kubelet", "**kubelet-owned node** (v1.36: the kubelet resizes; the agent follows, moves the tiers)"),
     ]
 
     def cell(f: dict[str, Any]) -> str:
@@ -146,51 +143,41 @@ def _incremental(d: dict[str, Any]) -> list[str]:
         return f"{_ms(p['median'])} / {_ms(p['p99'])} ({_ms(r['min'])}–{_ms(r['max'])})"
 
     lines = [
-        "## 2. Incremental reconcile of one changed pod (agent time, no I/O)",
+        "## 2. Incremental reconcile of one changed pod (agent time)",
         "",
         _meta(d),
-        "One event = one Guaranteed pod's CPU and memory limits changed (its pod and container cgroups and the",
-        "QoS tiers' qos-reserved memory change: 5 writes). Files are read from and written to an in-memory tree,",
-        "the runtime applies container updates to it at once, checkpoints stay in memory: what is timed is",
-        "compute, render, diff, plan and bookkeeping. Each cell: median / p99 over all events, and in brackets",
-        f"the spread of the per-run medians ({d['events_per_run']['pipeline']} events per run for the pipeline,",
-        f"{d['events_per_run']['engine']} for the engine).",
+        "One event = one Guaranteed pod's CPU and memory limits changed (on a bare node its pod and container",
+        "cgroups and the QoS tiers' qos-reserved memory change: 5 writes; on a kubelet-owned node the kubelet",
+        "writes the pod and container, the agent the 2 tier values). Files are read from and written to an",
+        "in-memory tree, the runtime applies container updates to it at once. The one reconciler, as the",
+        "daemon builds it (`select_reconciler`) and hands it the event (`reconcile_pod`). Each cell: median /",
+        f"p99 over all events, and in brackets the spread of the per-run medians ({d['events_per_run']} events per run).",
         "",
-        "| path | 10 pods | 1,000 pods | ratio 1,000/10 (medians) | Python calls per event, 10 → 1,000 pods |",
+        "| node | 10 pods | 1,000 pods | ratio 1,000/10 (medians) | Python calls per event, 10 → 1,000 pods |",
         "| --- | --- | --- | --- | --- |",
     ]
     for key, label in rows:
         calls = "—"
         if key in small.get("calls_per_event", {}):
             calls = f"{small['calls_per_event'][key]:,.0f} → {big['calls_per_event'][key]:,.0f}"
-        lines.append(f"| {label} | {cell(small[key])} | {cell(big[key])} | {d['ratio'][key]:.2f} | {calls} |")
-    flush10, flush1000 = small["checkpoint_flush_s"]["median"], big["checkpoint_flush_s"]["median"]
-    ev, prop, eng = big["event"]["pooled_s"], big["proposed_event"]["pooled_s"], big["engine_event"]["pooled_s"]
+        lines.append(f"| {label} | {cell(small[key + '_event'])} | {cell(big[key + '_event'])} | {d['ratio'][key]:.2f} | {calls} |")
+    bare, kube, disk = (big[k + "_event"]["pooled_s"] for k in ("bare", "kubelet", "bare_disk"))
     lines += [
         "",
-        "Targets at 1,000 pods: agent time per resize event p99 < 5 ms; ratio 1,000/10 <= 1.5.",
+        "Targets at 1,000 pods: agent time per resize event p99 < 5 ms; ratio 1,000/10 <= 1.5, on both nodes.",
         "",
-        f"- pipeline (the daemon's event: pod pass + tiers pass): p99 {_ms(ev['p99'])} — {_verdict(ev['p99'] < 0.005)}; "
-        f"ratio {d['ratio']['event']:.2f} — {_verdict(d['ratio']['event'] <= 1.5)}. The tiers pass now takes",
-        "  the three sums (Burstable CPU requests, Guaranteed and Burstable memory requests) from running totals",
-        "  kept per pod by the reconciler (`RunningTierSums`; `compute_tiers_from_sums` is the one formula) and",
-        "  recomputes only a pod whose PodView object changed; what is left per pod is an identity check.",
-        f"- prototype kept for comparison (`bench.incremental.IncrementalTiers`): p99 {_ms(prop['p99'])}; ratio "
-        f"{d['ratio']['proposed_event']:.2f}. Each run checks both leave the same tree.",
-        f"- resize engine: median {_ms(eng['median'])}, p99 {_ms(eng['p99'])} — {_verdict(eng['p99'] < 0.005)}; "
-        f"ratio {d['ratio']['engine_event']:.2f} — {_verdict(d['ratio']['engine_event'] <= 1.5)}. A pod event's",
-        "  pass covers the pods that changed or have a resize queued, plus the tiers from running totals;",
-        "  admission sees the other pods through running allocated-request sums; reads go through `read_many`;",
-        "  the checkpoint is encoded per changed record (`Encoder`) and skipped when no record changed. What is",
-        "  left O(node) per resize: joining the checkpoint's records and its SHA-256 (written before the",
-        "  first write of a newly accepted allocation), the records mapping copied per state change, and the",
-        "  status list sorted per pass; the checkpoint is about half of the event (two saves: before the",
-        "  first write and after the pass). What would close it: one checkpoint record per pod (a file or a",
-        "  journal entry each), so a save writes and hashes only the pod that changed. The node-wide pass",
-        "  runs once per resync period.",
-        "- Not in these figures (disk I/O): the pipeline reconciler's checkpoint flush on each resize writes",
-        f"  every pod's record and fsyncs: {_ms(flush10)} at 10 pods, {_ms(flush1000)} at 1,000 — O(node) too;",
-        "  a per-pod journal or a flush debounced across events would bound it.",
+        f"- bare node: median {_ms(bare['median'])}, p99 {_ms(bare['p99'])} — {_verdict(bare['p99'] < 0.005)}; ratio "
+        f"{d['ratio']['bare']:.2f} — {_verdict(d['ratio']['bare'] <= 1.5)}.",
+        f"- kubelet-owned node: median {_ms(kube['median'])}, p99 {_ms(kube['p99'])} — {_verdict(kube['p99'] < 0.005)}; "
+        f"ratio {d['ratio']['kubelet']:.2f} — {_verdict(d['ratio']['kubelet'] <= 1.5)}.",
+        f"- with the state on disk: median {_ms(disk['median'])}, p99 {_ms(disk['p99'])}, ratio {d['ratio']['bare_disk']:.2f}:",
+        "  a resize writes and fsyncs the changed pod's record twice (its accepted allocation before the first",
+        "  cgroup write, its state after the pass), one directory fsync each — O(changed pods), where the",
+        "  single checkpoint file of earlier releases was rewritten and hashed whole.",
+        "- What made the event O(changed): a pod event's pass covers the pods that changed or have a resize",
+        "  queued plus the tiers from running totals; admission sees the other pods through running sums; one",
+        "  record per pod; the pod's read-back snapshot serves the rest of the pass; a converged scope builds no",
+        "  plan (no ordering, no invariant replay). The node-wide pass runs once per resync period.",
         "- p99s at 1,000 pods include the interpreter's full garbage collections over the larger heap.",
         "",
     ]
@@ -274,27 +261,19 @@ def _containerd(d: dict[str, Any]) -> list[str]:
                 f"({_ms(b['min'])}–{_ms(b['max'])}) | {s['ratio']:.2f} | {s['cri_calls_per_resize']:.0f} | "
                 f"{_ms(own['median'])} |"
             )
-    cpu = d["scenarios"].get("cpu", {}).get("pipeline")
-    both = d["scenarios"].get("cpu+memory", {}).get("pipeline")
+    cpu = d["scenarios"].get("cpu", {}).get("engine")
+    both = d["scenarios"].get("cpu+memory", {}).get("engine")
     if cpu and both:
         lines += [
             "",
             "Target: through the agent <= 1.10 × the bare CRI call. Same change, one CRI call on each side (CPU):",
-            f"pipeline {cpu['ratio']:.2f} — {_verdict(cpu['ratio'] <= 1.10)}; engine "
-            f"{d['scenarios']['cpu']['engine']['ratio']:.2f} — {_verdict(d['scenarios']['cpu']['engine']['ratio'] <= 1.10)}.",
+            f"{cpu['ratio']:.2f} — {_verdict(cpu['ratio'] <= 1.10)}.",
             f"CPU and memory together: {both['ratio']:.2f} — {_verdict(both['ratio'] <= 1.10)}, by design: the agent",
             "actuates as the kubelet does, memory phase first, then CPU, one UpdateContainerResources each (each",
-            "carrying all values), so two runc forks where the bare call makes one. Merging the phases for a",
-            "container whose change is safe in one call (all values growing, or all shrinking with no parent",
-            "in between) would make it one call; the kubelet itself always makes two.",
-            "",
-            "Where the rest goes (last column; 1.10 allows about 0.9 ms): the pipeline reconciler's own work is",
-            "~0.5 ms of compute/diff/plan (figure 2) + reading the pod's ~15 kernel files and two pod cgroup writes",
-            "(~20 µs each, figure 3) + its checkpoint flush, which runs on every resize *before* the first write",
-            "(JSON of every pod, two fsyncs: figure 2's last row). Moving that flush off the critical path (after",
-            "the writes, or debounced) and reading the pod's files with `read_many` would bring the pipeline to",
-            "about 1.1×; the ratio's noise floor is the spread of `runc update` itself (bare min–max). The engine",
-            "adds its node-wide pass and its own fsynced checkpoint per event.",
+            "carrying all values), so two runc forks where the bare call makes one; the kubelet itself always",
+            "makes two. The rest (last column) is the reconciler's own work (figure 2), reading the pod's kernel",
+            "files, the pod cgroup writes, and the changed pod's state record written and fsynced before the",
+            "first write (its accepted allocation) and after the pass.",
         ]
     lines.append("")
     return lines
@@ -315,7 +294,7 @@ def _daemon(d: dict[str, Any]) -> list[str]:
         "window holds one resync of every pod; the per-second median shows the daemon between resyncs",
         "(the bench's own ready-polling in the daemon's process stops before the window).",
         "",
-        "| reconciler | first pass done | RSS | idle CPU, 60 s (% of one core) | per-second median | event → pod applied p50 / p99 | event → tiers applied p50 / p99 |",
+        "| node | first pass done | RSS | idle CPU, 60 s (% of one core) | per-second median | event → pod applied p50 / p99 | event → tiers applied p50 / p99 |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for kind, r in d["runs"].items():
@@ -333,58 +312,32 @@ def _daemon(d: dict[str, Any]) -> list[str]:
             f"{r['cpu_percent_per_second']['median']:.2f} % | {_ms(pod['median'])} / {_ms(pod['p99'])} (n={pod['n']}{missed}) | "
             f"{_ms(tiers['median'])} / {_ms(tiers['p99'])} |"
         )
-    pipe = d["runs"].get("pipeline", {})
-    eng = d["runs"].get("engine", {})
-    if pipe.get("ready_s") is not None:
-        rss, cpu = pipe["rss_after_events_mib"], pipe["cpu_percent"]
-        pod = pipe["event_to_pod_applied_s"]
+    for kind, label in (("bare", "bare node"), ("kubelet", "kubelet-owned node")):
+        r = d["runs"].get(kind, {})
+        if r.get("ready_s") is None:
+            continue
+        rss, cpu = r["rss_after_events_mib"], r["cpu_percent"]
         lines += [
             "",
-            f"Targets (pipeline reconciler): RSS < 80 MiB — {_verdict(rss < 80)} ({rss:.0f} MiB); idle CPU < 0.5 % of "
-            f"one core — {_verdict(cpu < 0.5)} ({cpu:.2f} % over 60 s with one resync; "
-            f"{pipe['cpu_percent_per_second']['median']:.2f} % between resyncs).",
+            f"Targets, {label}: RSS < 80 MiB — {_verdict(rss < 80)} ({rss:.0f} MiB); idle CPU < 0.5 % of one core — "
+            f"{_verdict(cpu < 0.5)} ({cpu:.2f} % over 60 s with one resync; "
+            f"{r['cpu_percent_per_second']['median']:.2f} % between resyncs).",
+        ]
+    bare = d["runs"].get("bare", {})
+    if bare.get("ready_s") is not None:
+        pod = bare["event_to_pod_applied_s"]
+        lines += [
             "",
             "Against the kubelet (kubelet-observed.md, 8 resizes of two-container pods on this machine kind): first",
             "cgroup write 13–94 ms, last write 66–160 ms, status 90–231 ms after the resize call, and the QoS tiers",
             "left 31–54 s stale until its 60 s pass. Here every write of the pod is done "
-            f"{_ms(pod['median'])} (p99 {_ms(pod['p99'])}) after the event reaches the daemon, and the tiers",
-            "follow in the same event instead of up to a minute later (the API watch delivery, a few ms on a",
-            "local API server, comes on top).",
+            f"{_ms(pod['median'])} (p99 {_ms(pod['p99'])}) after the event reaches the daemon on a bare node, and the",
+            "tiers follow in the same event instead of up to a minute later (the API watch delivery, a few ms on",
+            "a local API server, comes on top).",
             "",
-            "The pod latency above figure 2's ~1 ms is real file I/O, the fake CRI round trip, the pipeline's",
-            "checkpoint flush before the first write, and the two workers sharing the GIL; the tiers pass is",
-            "no longer O(node) (figure 2).",
-        ]
-        if cpu >= 0.5:
-            lines += [
-                "",
-                "Idle CPU is missed, by the one resync the window holds; between resyncs the daemon is at 0. A",
-                "resync no longer passes every pod: it reads every pod's and container's files once (`read_many`,",
-                "about 13,000 files here, each directory component opened once) and compares them with what each",
-                "pod's last converged pass computed, so only drifted or unsettled pods get a pass (none here).",
-                f"That read is the cost (the busiest second: {pipe['cpu_percent_per_second']['max']:.0f} % of a core). What would close",
-                "the rest: a longer resyncPeriod (5 min would give a fifth of the figure), or reading the container",
-                "files, which only the runtime writes, every few resyncs instead of every one.",
-            ]
-    if eng and eng.get("ready_s") is not None:
-        lines += [
-            "",
-            "Resize engine: the first pass is one node-wide pass, then pod items are per-pod passes (figure 2);",
-            "a resync is its node-wide pass, from the tiers item (no pod items), which also computes, plans and",
-            "checkpoints — hence its higher idle figure. Its RSS is above the pipeline's: it keeps",
-            "each pod's computation at its allocated values and the checkpoint's encoded records.",
-        ]
-    if eng and eng.get("ready_s") is None:
-        est = eng.get("first_pass_estimate_s")
-        lines += [
-            "",
-            "Resize engine (`reconciler: auto` on a bare node): at 1,000 pods the daemon never becomes idle. Every",
-            "work item is a whole-node pass (~1 s of CPU with file I/O here, figure 2), the first pass is one item",
-            "per pod (1,001 items" + (f", ~{est / 60:.0f} min at the measured rate" if est else "") + "), and every",
-            "resync enqueues them all again: CPU stays at a full core, RSS "
-            f"{eng['rss_idle_mib']:.0f} MiB — both targets **MISSED** in this mode, and an event waits behind the",
-            "backlog. What would close it is figure 2's: per-pod passes for pod items, the node pass only for the",
-            "tiers item and the resync. Until then a 1,000-pod node should run `reconciler: pipeline`.",
+            "Idle CPU is the resync: once per resyncPeriod the reconciler's node-wide pass reads every pod's and",
+            "container's files (`read_many`, about 13,000 files here) and diffs them; between resyncs the daemon",
+            "is at 0. A longer resyncPeriod divides it (5 min: a fifth).",
         ]
     lines.append("")
     return lines

@@ -45,7 +45,7 @@ from bench.stats import over_runs, summary
 from cgroupfs import layout
 from cgroupfs.types import Controller, DriverKind
 
-RECONCILERS = ("pipeline", "engine")
+RECONCILERS = ("bare",)  # the one reconciler; on a kubelet-owned node the tiers move the same way
 QOS_RESERVED = ("50%", "100%")
 DIRECTIONS = ("up", "down")
 EVENTS_PER_DIRECTION = 10  # per run and reconciler (the node has ~160 such pods; none is resized twice)

@@ -95,6 +95,12 @@ class DriftTracker:
     def yielded(self) -> tuple[str, ...]:
         return tuple(sorted(p for p, r in self._records.items() if r.yielded))
 
+    def contested(self) -> dict[str, dict[str, Any]]:
+        """The records worth keeping across a restart: values someone else changed back (reverts
+        counted, or yielded). A record of a plain write is not: after a restart the next write simply
+        records it again. Few, so saving them costs nothing per pass."""
+        return {p: asdict(r) for p, r in self._records.items() if r.reverts or r.yielded}
+
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """For the checkpoint. `written_at` is a monotonic time, meaningless after a restart: the
         next process treats a restored record as written long ago (its backoff has passed)."""

@@ -32,6 +32,9 @@ from agent.execute import describe
 from agent.model import PodUID, PodView
 from agent.plan import CgroupStep, ContainerStep
 from agent.resize.engine import PassReport, ResizeEngine
+from agent.resize.store import NodeRecords
+
+DRIFT_RECORDS = "drift"
 
 
 @dataclass(slots=True)
@@ -46,6 +49,7 @@ class EngineReconciler:
     clock: Callable[[], float] = time.monotonic
     _last_full: float | None = None  # when the last node-wide pass ran
     _resync_due: bool = False  # a resync asked for the node-wide pass
+    _drift_store: NodeRecords | None = None  # the contested drift records, across restarts
 
     def __post_init__(self) -> None:
         if self.gate is not None:
@@ -67,9 +71,15 @@ class EngineReconciler:
 
     def start(self, pods: Sequence[PodView]) -> list[str]:
         with self._lock:
-            problems = self.engine.start(pods)
+            problems = [p.message for p in self.engine.start(pods, persist=not self.observe_only)]
             self._last = {s.uid: s for s in self.engine.statuses()}
-        return [p.message for p in problems]
+            if self.gate is not None:
+                self._drift_store = NodeRecords(self.engine.settings.state_dir, DRIFT_RECORDS)
+                records, warning = self._drift_store.load()
+                self.gate.drift.restore(records)
+                if warning:
+                    problems.append(warning)
+        return problems
 
     def reconcile_pod(self, pod: PodView, stop: StopRequested) -> Report:
         invalid = compute_or_note(pod, self.engine.settings.compute_config(self.engine.env.hugepage_sizes))
@@ -123,7 +133,12 @@ class EngineReconciler:
         return counts
 
     def flush(self) -> None:
-        """Nothing to do: the engine writes its checkpoint before actuating and after every pass."""
+        """The engine writes its records before actuating and after every pass; the contested drift
+        records (few) are written here, after each pass and at shutdown, when they changed."""
+        if self.gate is not None and self._drift_store is not None and not self.observe_only:
+            with self.gate.lock:
+                contested = self.gate.drift.contested()
+            self._drift_store.save(contested)
 
     def _pass(self, scope: str, full: bool) -> Report:
         self._gated.clear()
@@ -138,6 +153,7 @@ class EngineReconciler:
                 pairs = [(p, clamped.get(p, v)) for o in result.steps if o.ok for p, v in written(o.step)]
                 self.gate.wrote(pairs, self.clock())
         report = self._report(scope, result)
+        self.flush()
         if self._gated:  # a held value is looked at again in the next node-wide pass (each resync)
             report = replace(
                 report,

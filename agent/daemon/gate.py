@@ -63,6 +63,7 @@ class Gate:
         self.drift = drift
         self.systemd = systemd
         self._lock = lock or threading.RLock()
+        self.lock = self._lock
         self._observed: set[tuple[str, str | None]] = set()
 
     def wrote(self, pairs: list[tuple[str, str]], now: float) -> None:

@@ -1,8 +1,8 @@
 """The seam between the daemon loop and what it runs: a small `Reconciler` protocol and its reports.
 
 Why a protocol: the loop (queue, workers, resync, reporting) does not care how one pod is brought to
-its desired state. The first implementation (`agent.daemon.pipeline_reconciler`) runs the existing
-pipeline and executor; the resize engine plugs in behind the same four calls.
+its desired state, and tests drive a reconciler without the loop. The one implementation is the resize
+engine behind the ownership table and the drift gate (`agent.daemon.engine_reconciler`), on every node.
 """
 
 from __future__ import annotations

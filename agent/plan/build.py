@@ -76,6 +76,8 @@ def build_plan(
     RestartStep instead of in-place updates. With `reclaim_step_down`, a memory limit held back by the
     usage guard is stepped down toward usage instead of left where it is (seed 000's control loop).
     """
+    if not restarts and not any(f.differs for f in node.files):
+        return Plan(())  # converged: nothing to order, nothing to check (most passes of a quiet node)
     groups = _groups(node)
     ctx = _Context(
         groups=groups,

@@ -391,9 +391,9 @@ class ResizeEngine:
             if not sm.due(rec, now) or rec.uid not in self._pods:
                 continue
             handled.add(rec.pod)
-            wrote = self._drive(rec.uid, snap, reader, run, report, include_containers, save)
-            if wrote:
-                snap = _merged(snap, self.snapshot(reader, {rec.uid}), rec.pod)
+            wrote, after = self._drive(rec.uid, snap, reader, run, report, include_containers, save)
+            if wrote:  # the pod's read-back serves the rest of the pass
+                snap = _merged(snap, after or self.snapshot(reader, {rec.uid}), rec.pod)
         skip = set(handled)
         frozen: set[tuple[str, str]] = set()
         actuating = False  # an admitted allocation of a pod still here is not in its cgroups yet
@@ -518,15 +518,16 @@ class ResizeEngine:
         report: PassReport,
         include_containers: bool,
         save: bool,
-    ) -> bool:
-        """Actuate one admitted pod; returns whether anything was written."""
+    ) -> tuple[bool, Snapshot | None]:
+        """Actuate one admitted pod; returns whether anything was written, and the pod's snapshot read
+        back after the writes (None when it was not read back)."""
         rec = self._state.records[uid]
         pod = self._pods[uid]
         if rec.pod in snap.waiting:
             self._outcome(
                 uid, sm.Outcome(reason="WaitingForPodCgroup", message="the pod's cgroup does not exist yet")
             )
-            return False
+            return False, None
         waiting = self._waiting_restarts(rec)
         frozen = {(rec.pod, c) for c in waiting}
         # the tiers shrink before this pod's values grow; they grow back only in the node-wide pass,
@@ -547,13 +548,13 @@ class ResizeEngine:
                 self._outcome(uid, _waiting_outcome(waiting))
             else:
                 self._outcome(uid, sm.Outcome(failed=True, reason="PlanRefused", message=plan.refused))
-            return False
+            return False, None
         failed = execution.failed
         if failed is not None:
             message = f"{describe(failed.step)}: {failed.error}"
             self._outcome(uid, sm.Outcome(failed=True, reason="StepFailed", message=message))
             report.errors.append(Problem(rec.pod, message))
-            return execution.writes > 0
+            return execution.writes > 0, None
         # read back: the pod is done only when the kernel shows its allocated values
         after = self.snapshot(reader, {uid}) if execution.writes else snap
         rest = restrict(after.node, {rec.pod}, tiers=False, frozen_containers=frozen)
@@ -581,7 +582,7 @@ class ResizeEngine:
             )
         else:
             self._outcome(uid, sm.Outcome(done=True))
-        return execution.writes > 0
+        return execution.writes > 0, after if execution.writes else None
 
     @property
     def lingering(self) -> int:

@@ -194,6 +194,60 @@ class PodStore:
         self.writes += 1
 
 
+NODE_KIND: Final = "KubeCgroupAgentNodeRecord"
+
+
+class NodeRecords:
+    """Small node-wide records beside the pods' (`<state_dir>/<name>.json`, e.g. the drift records):
+    written atomically with a checksum only when their content changed; a damaged one reads as empty
+    with a reason (never a crash)."""
+
+    def __init__(self, state_dir: Path, name: str) -> None:
+        self.path = Path(state_dir) / f"{name}.json"
+        self._last: bytes | None = None
+
+    def load(self) -> tuple[dict[str, Any], str | None]:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}, None
+        except OSError as err:
+            return {}, f"{self.path}: cannot read: {err.strerror}"
+        try:
+            doc = json.loads(raw)
+            data = doc["data"] if isinstance(doc, dict) and doc.get("kind") == NODE_KIND else None
+            if not isinstance(data, dict) or doc.get("version") != VERSION:
+                raise ValueError(f"not a {NODE_KIND} version {VERSION}")
+            if doc.get("checksum") != "sha256:" + hashlib.sha256(_canonical(data)).hexdigest():
+                raise ValueError("checksum mismatch (torn or edited record)")
+        except (ValueError, KeyError, TypeError) as err:
+            return {}, f"{self.path}: {err}; starting empty"
+        self._last = raw
+        return data, None
+
+    def save(self, data: dict[str, Any]) -> None:
+        checksum = "sha256:" + hashlib.sha256(_canonical(data)).hexdigest()
+        raw = _canonical({"kind": NODE_KIND, "version": VERSION, "checksum": checksum, "data": data}) + b"\n"
+        if raw == self._last:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(raw)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            tmp.replace(self.path)
+            _fsync_dir(self.path.parent)
+        except OSError as err:
+            raise CheckpointError(self.path, f"cannot write: {err.strerror or err}") from err
+        self._last = raw
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

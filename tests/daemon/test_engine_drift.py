@@ -4,6 +4,7 @@ warning naming the likely owner."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,3 +71,34 @@ def test_a_revert_inside_the_backoff_is_held(node: ResizeNode) -> None:
     report = rec.reconcile_tiers(views, lambda: False)
     assert [n.action for n in report.drift] == ["held"]
     assert node.read(quota) == "90000"
+
+
+def test_a_yielded_value_stays_yielded_across_a_restart(node: ResizeNode) -> None:
+    """The contested drift records are in the state store: a restarted agent does not fight again over
+    a value it gave up on (nor forget how often it was reverted)."""
+    now = [1000.0]
+    rec, views, quota = _converged(node, now, max_reverts=1, backoff_s=1.0)
+    for _ in range(3):
+        node.tree.set(quota, "90000")
+        now[0] += 3600.0
+        rec.stale(views)
+        rec.reconcile_tiers(views, lambda: False)
+    assert node.read(quota) == "90000"  # yielded
+    saved = json.loads((node.settings.state_dir / "drift.json").read_text())["data"]
+    assert saved[quota]["yielded"] is True
+
+    restarted, views, _ = _converged(node, now, max_reverts=1, backoff_s=1.0)
+    now[0] += 3600.0
+    restarted.stale(views)
+    report = restarted.reconcile_tiers(views, lambda: False)
+    assert node.read(quota) == "90000"  # still left to the other writer
+    assert quota not in report.changed
+
+
+def test_a_damaged_drift_record_file_starts_empty_with_a_warning(node: ResizeNode) -> None:
+    node.settings.state_dir.mkdir(parents=True, exist_ok=True)
+    (node.settings.state_dir / "drift.json").write_text('{"kind": "KubeCgroupAgentNodeRecord", "data": {}}')
+    gate = Gate(resolve({}, None, {}), DriftTracker(3, 10.0), systemd=False)
+    rec = EngineReconciler(node.engine(), gate=gate)
+    warnings = rec.start(node.views())
+    assert any("drift.json" in w and "starting empty" in w for w in warnings)

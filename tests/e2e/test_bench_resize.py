@@ -5,8 +5,8 @@ It measures only when KCG_BENCH_OUT names a file (`make bench` runs it through t
 PYTEST_ARGS selecting it) and is skipped otherwise, so `make e2e` stays fast. It checks that each resize
 reached the kernel, never how long anything took.
 
-Agent = the daemon's per-pod work item (`reconcile_pod` of the pipeline reconciler, and of the resize
-engine that `reconciler: auto` picks on a bare node) with a long-lived CRI client and environment, as in
+Agent = the daemon's per-pod work item (`reconcile_pod` of the one reconciler, the resize engine, on a
+bare node) with a long-lived CRI client and environment, as in
 the daemon: compute, read the pod's cgroup files, diff, plan, write the pod cgroup, call the runtime.
 Bare = the raw gRPC UpdateContainerResources with the container values the agent computes for the target.
 The bare calls go to a twin pod started with the same values whose pod cgroup the agent never touches
@@ -33,8 +33,6 @@ from agent.cri.client import CRIClient
 from agent.cri.v1 import api_pb2 as pb
 from agent.cri.v1 import api_pb2_grpc as pb_grpc
 from agent.daemon.engine_reconciler import EngineReconciler
-from agent.daemon.ownership import resolve
-from agent.daemon.pipeline_reconciler import PipelineReconciler
 from agent.daemon.reconciler import Outcome, Reconciler
 from agent.model import ContainerID, ContainerValues, PodView
 from agent.pods.parse import parse_pod
@@ -124,12 +122,8 @@ def _measure(
     }
     env = pipeline.environment(settings)
     ensure_tiers(env)
-    rec: Reconciler
-    if kind == "engine":
-        rec = EngineReconciler(ResizeEngine(settings, env, cri))
-        rec.start([view["a"]])
-    else:
-        rec = PipelineReconciler(settings, env, resolve({}, None, {}), cri)
+    rec: Reconciler = EngineReconciler(ResizeEngine(settings, env, cri))
+    rec.start([view["a"]])
     rec.reconcile_tiers([view["a"]], NEVER)
     rec.reconcile_pod(view["a"], NEVER)
     out: dict[str, list[float]] = {"agent_s": [], "in_cri_s": [], "bare_s": [], "cri_calls": [], "writes": []}
@@ -168,7 +162,7 @@ def test_bench_resize_through_the_agent_vs_bare_cri(
     rounds = int(os.environ.get("KCG_BENCH_ROUNDS", "15"))
     results: dict[str, Any] = {"rounds": rounds, "scenarios": {}}
     for name, scenario in SCENARIOS.items():
-        for kind in ("pipeline", "engine"):
+        for kind in ("engine",):
             settings = _settings(e2e_env, tmp_path / f"state-{name}-{kind}")
             got = _measure(kind, scenario, settings, pods, runtime, kernel, cri, rounds)
             results["scenarios"].setdefault(name, {})[kind] = got
