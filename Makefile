@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SAMPLE := agent/samples/node
 
-.PHONY: venv run test lint unit e2e e2e-v2 bench clean image
+.PHONY: venv run test lint unit e2e e2e-v2 e2e-k8s bench clean image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ e2e: venv image
 
 e2e-v2: venv
 	bash tests/v2guest/run.sh
+
+# The agent beside a real v1.36 kubelet on this machine (outside CI; README "A real cluster").
+e2e-k8s: venv
+	bash tests/e2e_k8s/run.sh
 
 bench: venv
 	$(BIN)/python -m bench

@@ -1,0 +1,298 @@
+"""The agent beside a real v1.36 kubelet (make e2e-k8s; the cluster from ../shared/tools/realk8s).
+
+The daemon runs as a process of this machine with only the RBAC of deploy/ (a token of its
+ServiceAccount), the kubelet's own config file (`kubeletConfig`), and `podLevelLimits: agent`. On this
+node the kubelet resizes containers and pod cgroups (`pods/resize`); the agent owns the QoS tiers'
+cpu.shares and kubepods sizing, and the pod-level values of its own annotation. Checked on the real
+files under /sys/fs/cgroup/*/realk8s:
+
+- a `pods/resize` of a running pod is applied by the kubelet; the agent moves the Burstable tier within
+  seconds (the kubelet: up to a minute later) and never writes the kubelet's values (drift counters 0);
+- a pod-level-annotation change is applied by the agent to the pod cgroup;
+- kill -9 of the agent in the middle of a resize loses nothing: the next start converges.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+RK = Path(os.environ.get("KCG_REALK8S", "/nonexistent"))
+KUBECTL = str(RK / "bin" / "kubectl")
+NODE = "realk8s-node"
+CPU = Path("/sys/fs/cgroup/cpu/realk8s/kubepods")
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = "docker.io/library/cri-e2e-busybox:1"
+T = TypeVar("T")
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("KCG_REALK8S"), reason="needs the real cluster of make e2e-k8s (tests/e2e_k8s/run.sh)"
+)
+
+
+def kubectl(*args: str, stdin: str | None = None) -> str:
+    done = subprocess.run([KUBECTL, *args], input=stdin, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 120.0) -> T:
+    """Poll until `probe` returns something truthy; the deadline only bounds a hang."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.2)
+
+
+def read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Agent:
+    """The daemon as a process of this machine, stopped (or killed) by its PID."""
+
+    def __init__(self, config: Path, log: Path) -> None:
+        self.config, self.log = config, log
+        self.metrics = json.loads(config.read_text())["metricsBindAddress"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "kube-cgroup-agent"), "run", "--config", str(self.config)],
+            stdout=out,
+            stderr=out,
+        )
+        wait_for("the agent's readiness", self._ready, 60)
+
+    def _ready(self) -> bool:
+        try:
+            return "kube_cgroup_agent_ready 1.0" in self.scrape()
+        except OSError:
+            return False
+
+    def scrape(self) -> str:
+        with urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def drift(self) -> dict[str, float]:
+        """kube_cgroup_agent_drift_total by (thing, action)."""
+        out: dict[str, float] = {}
+        for line in self.scrape().splitlines():
+            if line.startswith("kube_cgroup_agent_drift_total{"):
+                labels, value = line.rsplit(" ", 1)
+                out[labels] = float(value)
+        return out
+
+    def lines(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+    wait_for("node Ready", lambda: "True" in kubectl("get", "node", NODE, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}"), 180)
+    wait_for("the default ServiceAccount", lambda: "default" in kubectl("get", "sa", "-o", "name"), 60)
+    docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "daemonset.yaml").read_text()) if d]
+    rbac = [d for d in docs if d["kind"] in {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}]
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(rbac))
+    token = kubectl("create", "token", "kube-cgroup-agent", "-n", "kube-cgroup-agent", "--duration", "2h").strip()
+    admin = yaml.safe_load((RK / "kubeconfig").read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    tmp = tmp_path_factory.mktemp("agent")
+    kubeconfig = tmp / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "users": [{"name": "agent", "user": {"token": token}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "agent"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    kubeconfig.chmod(0o600)
+    config = tmp / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "kubeconfig": str(kubeconfig),
+                "nodeName": NODE,
+                "kubeletConfig": str(RK / "state" / "kubelet.yaml"),
+                "cgroupfs": "/sys/fs/cgroup",
+                "stateDir": str(tmp / "state"),
+                "ownership": {"podLevelLimits": "agent"},
+                "metricsBindAddress": f"127.0.0.1:{_free_port()}",
+                "healthBindAddress": f"127.0.0.1:{_free_port()}",
+                "logFormat": "json",
+                "resyncPeriod": "10s",
+            }
+        )
+    )
+    a = Agent(config, tmp / "agent.log")
+    a.start()
+    try:
+        yield a
+    finally:
+        a.stop()
+        kubectl("delete", "pod", "--all", "--wait=false")
+
+
+def _pod(name: str, cpu_request: str, cpu_limit: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["sleep", "1000000"],
+                        "resources": {
+                            "requests": {"cpu": cpu_request, "memory": "32Mi"},
+                            "limits": {"cpu": cpu_limit, "memory": "64Mi"},
+                        },
+                    }
+                ],
+            },
+        }
+    )
+
+
+def _running(name: str) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        pod: dict[str, Any] = json.loads(kubectl("get", "pod", name, "-o", "json"))
+        return pod if pod.get("status", {}).get("phase") == "Running" else None
+
+    return wait_for(f"pod {name} Running", probe, 120)
+
+
+def _pod_dir(pod: dict[str, Any]) -> Path:
+    return CPU / "burstable" / f"pod{pod['metadata']['uid']}"
+
+
+def _resize(name: str, cpu_request: str, cpu_limit: str) -> float:
+    patch = {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu_request, "memory": "32Mi"}, "limits": {"cpu": cpu_limit, "memory": "64Mi"}}}]}}
+    t0 = time.monotonic()
+    kubectl("patch", "pod", name, "--subresource", "resize", "--type", "strategic", "-p", json.dumps(patch))
+    return t0
+
+
+def _shares(milli: int) -> str:
+    return str(max(2, milli * 1024 // 1000))
+
+
+def test_a_pods_resize_is_the_kubelets_and_the_agent_moves_the_tier_without_reverting_anything(agent: Agent) -> None:
+    kubectl("apply", "-f", "-", stdin=_pod("web", "100m", "200m"))
+    pod = _running("web")
+    burstable = CPU / "burstable" / "cpu.shares"
+    wait_for("the Burstable tier at 100m", lambda: read(burstable) == _shares(100), 30)
+
+    t0 = _resize("web", "300m", "400m")
+    container_quota = None
+
+    def kubelet_wrote() -> bool:
+        nonlocal container_quota
+        for d in _pod_dir(pod).iterdir():
+            if d.is_dir() and (d / "cpu.cfs_quota_us").exists() and read(d / "cpu.cfs_quota_us") == "40000":
+                container_quota = d / "cpu.cfs_quota_us"
+                return True
+        return False
+
+    wait_for("the kubelet's container write", kubelet_wrote, 60)
+    wait_for("the agent's tier write", lambda: read(burstable) == _shares(300), 30)
+    tier_ms = [(time.monotonic() - t0) * 1000]
+    assert read(_pod_dir(pod) / "cpu.cfs_quota_us") == "40000"  # the kubelet's pod value, kept
+    for cpu in ("150m", "300m", "150m", "300m"):  # more resizes, for the figure
+        t0 = _resize("web", cpu, "400m")
+        wait_for(f"the agent's tier at {cpu}", lambda cpu=cpu: read(burstable) == _shares(int(cpu[:-1])), 30)  # type: ignore[misc]
+        tier_ms.append((time.monotonic() - t0) * 1000)
+    time.sleep(12)  # past one resync of the agent
+    assert all(v == 0 for v in agent.drift().values()), agent.drift()
+    assert read(burstable) == _shares(300)
+    assert [e for e in agent.lines() if e.get("event") == "reconcile"], "the agent logged no pass"
+    print(f"\ne2e-k8s: pods/resize -> Burstable cpu.shares current after {', '.join(f'{t:.0f}' for t in tier_ms)} ms")
+    if out := os.environ.get("KCG_E2E_K8S_OUT"):
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "kubelet": kubectl("get", "node", NODE, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}"),
+                    "resize_to_tier_ms": tier_ms,
+                    "cluster_up_s": float(os.environ.get("KCG_CLUSTER_UP_S", "0")),
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+
+
+def test_a_pod_level_annotation_change_is_applied_by_the_agent(agent: Agent) -> None:
+    pod = _running("web")
+    quota = _pod_dir(pod) / "cpu.cfs_quota_us"
+    kubelets = read(quota)
+    # below the container's limit (400m): refused for that pod alone, with an Event; nothing written
+    low = json.dumps({"limits": {"cpu": "300m"}})
+    kubectl("annotate", "pod", "web", "--overwrite", f"kube-cgroup-agent.io/pod-resources={low}")
+    wait_for(
+        "the InvalidPodLevelLimits Event",
+        lambda: "InvalidPodLevelLimits" in kubectl("get", "events", "--field-selector", "involvedObject.name=web", "-o", "json"),
+        30,
+    )
+    assert read(quota) == kubelets
+    value = json.dumps({"limits": {"cpu": "1"}})  # above every container limit this module sets
+    kubectl("annotate", "pod", "web", "--overwrite", f"kube-cgroup-agent.io/pod-resources={value}")
+    wait_for("the agent's pod-level quota", lambda: read(quota) == "100000", 30)
+
+
+def test_kill_9_mid_resize_loses_nothing(agent: Agent) -> None:
+    _running("web")
+    burstable = CPU / "burstable" / "cpu.shares"
+    _resize("web", "500m", "600m")
+    assert agent.proc is not None
+    agent.stop(signal.SIGKILL)
+    time.sleep(0.5)
+    agent.start()
+    wait_for("the tier after the restart", lambda: read(burstable) == _shares(500), 60)
+    time.sleep(12)
+    assert all(v == 0 for v in agent.drift().values()), agent.drift()
