@@ -22,20 +22,15 @@ WaitingForRestart until something starts the container again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Protocol
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 
-from agent.compute import NodeComputation, PodComputation, PodComputeError, compute_node, compute_pod
-from agent.compute.aggregate import pod_requests
-from agent.compute.config import ComputeConfig
+from agent.compute import NodeComputation, PodComputation, PodComputeError, compute_pod
 from agent.compute.node import TERMINAL_PHASES
 from agent.compute.tiers import NO_SUMS, RunningTierSums, compute_tiers_from_sums, tier_contribution
 from agent.diff import (
-    FileDiff,
     NodeDiff,
     Observation,
-    Owner,
     desired_files,
     diff,
     not_yet_created,
@@ -45,17 +40,14 @@ from agent.execute import (
     CgroupStepRunner,
     ContainerUpdater,
     Execution,
-    Shortfall,
     StepOutcome,
     describe,
     execute,
     file_runner,
 )
-from agent.model import UNLIMITED, ContainerValues, PodUID, PodView, Problem
+from agent.model import PodUID, PodView, Problem
 from agent.pipeline import Environment
 from agent.plan import (
-    CgroupStep,
-    ContainerStep,
     Plan,
     RestartStep,
     build_plan,
@@ -64,148 +56,20 @@ from agent.plan import (
 )
 from agent.resize import state as sm
 from agent.resize.admission import Admit, NodeCapacity, admit, admit_after_kubelet
-from agent.resize.allocation import rebuild_allocation, with_allocation
+from agent.resize.allocation import with_allocation
+from agent.resize.outcome import read_back_outcome, waiting_outcome
+from agent.resize.readback import rebuild_records
+from agent.resize.report import PassReport, PodPass
 from agent.resize.scope import restarts_for, restrict
+from agent.resize.snapshot import Computed, Reader, Simulated, Snapshot, compute_allocated, merged
 from agent.resize.store import PodStore
-from agent.resize.types import PodAllocation, ResizeState, ResizeStatus
+from agent.resize.types import ResizeState, ResizeStatus
 from agent.settings import Settings
-from cgroupfs import layout
-from cgroupfs.convert import parse_cpu_max
-
-
-class Reader(Protocol):
-    def read(self, relpath: str) -> str | None: ...
-
-    def read_many(self, relpaths: Iterable[str]) -> tuple[dict[str, str | None], dict[str, bool]]: ...
-
-    def exists(self, reldir: str) -> bool: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """One read of the tree, diffed against the pods at their allocated values."""
-
-    node: NodeDiff
-    extra: dict[str, str | None]
-    waiting: tuple[str, ...]  # pods whose cgroup does not exist yet
-
-
-@dataclass(frozen=True, slots=True)
-class PodPass:
-    pod: str | None  # None for the node-wide pass
-    plan: Plan
-    execution: Execution
-
-
-@dataclass(slots=True)
-class PassReport:
-    passes: list[PodPass] = field(default_factory=list)
-    warnings: list[Problem] = field(default_factory=list)
-    errors: list[Problem] = field(default_factory=list)
-    statuses: tuple[ResizeStatus, ...] = ()
-    accepted: list[PodUID] = field(default_factory=list)  # resizes admitted in this pass (for events)
-
-    @property
-    def writes(self) -> int:
-        return sum(p.execution.writes for p in self.passes)
-
-    @property
-    def steps(self) -> list[StepOutcome]:
-        return [o for p in self.passes for o in p.execution.outcomes]
-
-    @property
-    def shortfalls(self) -> list[Shortfall]:
-        return [s for p in self.passes for s in p.execution.shortfalls]
-
-    def plan(self) -> Plan:
-        """Every step of the pass in order, as one plan (what `plan` prints)."""
-        steps = tuple(s for p in self.passes for s in p.plan.steps)
-        warnings = (*self.warnings, *(w for p in self.passes for w in p.plan.warnings))
-        errors = (*self.errors, *(e for p in self.passes for e in p.plan.errors))
-        blocked = tuple(b for p in self.passes for b in p.plan.blocked)
-        return Plan(steps, tuple(warnings), tuple(errors), blocked)
-
-
-class _Simulated:
-    """A reader over the real tree with the steps of a dry run laid over it."""
-
-    def __init__(self, base: Reader) -> None:
-        self.base = base
-        self.files: dict[str, str] = {}
-        self.gone: set[str] = set()
-
-    def read(self, relpath: str) -> str | None:
-        if relpath.rsplit("/", 1)[0] in self.gone:
-            return None
-        return self.files.get(relpath) if relpath in self.files else self.base.read(relpath)
-
-    def exists(self, reldir: str) -> bool:
-        return reldir not in self.gone and self.base.exists(reldir)
-
-    def read_many(self, relpaths: Iterable[str]) -> tuple[dict[str, str | None], dict[str, bool]]:
-        paths = list(relpaths)
-        texts, dirs = self.base.read_many(paths)
-        for p in paths:
-            if p.rsplit("/", 1)[0] in self.gone:
-                texts[p] = None
-            elif p in self.files:
-                texts[p] = self.files[p]
-        return texts, {d: d not in self.gone and ok for d, ok in dirs.items()}
-
-    def run(self, plan: Plan, node: NodeDiff) -> Execution:
-        result = Execution()
-        for step in plan.steps:
-            if isinstance(step, CgroupStep):
-                self.files[step.path] = step.setting.value
-            elif isinstance(step, ContainerStep):
-                for c in step.changes:
-                    self.files[c.setting.path] = c.setting.value
-            else:
-                self.gone.update(
-                    f.setting.directory for f in node.files if f.desired.container_id == step.container_id
-                )
-            result.outcomes.append(StepOutcome(step, True))
-            result.writes += 1
-        return result
-
-
-def container_values_from(texts: dict[str, str | None], want: ContainerValues) -> ContainerValues | None:
-    """A container's values as its cgroup files show them (None when none could be read); a file that
-    shows the wanted value maps back to it exactly (cpu.weight is not invertible otherwise)."""
-    if all(v is None for v in texts.values()):
-        return None
-    out = want
-
-    def same(name: str, value: str) -> bool:
-        current = texts.get(name)
-        try:
-            return current is not None and layout.canonical(name, current) == layout.canonical(name, value)
-        except ValueError:
-            return False
-
-    try:
-        if (t := texts.get(layout.CPU_SHARES)) is not None:
-            out = replace(out, cpu_shares=int(t))
-        if (t := texts.get(layout.CPU_QUOTA)) is not None:
-            out = replace(out, cpu_quota=int(t))
-        if (t := texts.get(layout.CPU_PERIOD)) is not None:
-            out = replace(out, cpu_period=int(t))
-        if (t := texts.get(layout.CPU_MAX)) is not None:
-            q, p = parse_cpu_max(t)
-            out = replace(out, cpu_quota=q if q > 0 else UNLIMITED, cpu_period=p)
-        for name in (layout.MEMORY_LIMIT, layout.MEMORY_MAX):
-            if (t := texts.get(name)) is not None:
-                canon = layout.canonical(name, t)
-                out = replace(out, memory_limit=UNLIMITED if canon == "max" else int(canon))
-        if (t := texts.get(layout.CPU_WEIGHT)) is not None and not same(layout.CPU_WEIGHT, t):
-            out = replace(out, cpu_shares=2 + (int(t) - 1) * 262142 // 9999)
-    except ValueError:
-        return None
-    return out
-
 
 DEFAULT_TIMING = sm.Timing()
 
+
+__all__ = ["PassReport", "ResizeEngine", "dry_run", "is_settled"]
 
 class ResizeEngine:
     def __init__(
@@ -247,7 +111,7 @@ class ResizeEngine:
         # Kept between passes so a pass costs O(the pods it acts on): each pod's computation at its
         # allocated values, its share of the tier sums and of the allocated requests (admission).
         self._cfg = settings.compute_config(env.hugepage_sizes)
-        self._comps: dict[PodUID, _Computed] = {}
+        self._comps: dict[PodUID, Computed] = {}
         self._sums = RunningTierSums()
         self._used = (0, 0)
         self._terminal: set[PodUID] = set()  # pods in a terminal phase (few): checked for their cgroup
@@ -274,9 +138,9 @@ class ResizeEngine:
                 problems.append(
                     Problem(None, f"no resize state at {self.store.path}: allocated state rebuilt from the kernel")
                 )
-            records = self._rebuild(pods)
+            records = rebuild_records(self.settings, self.env, pods)
         else:
-            records = [*loaded.records, *self._rebuild([p for p in pods if p.uid in damaged])]
+            records = [*loaded.records, *rebuild_records(self.settings, self.env, [p for p in pods if p.uid in damaged])]
         self._state = sm.restore(records)
         self._stale.update(self._comps)
         self._pods = {}
@@ -350,7 +214,7 @@ class ResizeEngine:
         """The steps `reconcile` would run now, in order, assuming each succeeds; nothing is written and
         the engine's state is left as it was. Container steps are shown even without a runtime."""
         saved_state, dirty = self._state, set(self._dirty)
-        sim = _Simulated(self.env.files)
+        sim = Simulated(self.env.files)
         try:
             return self._pass(sim, sim.run, include_containers=True, save=False, full=True)
         finally:
@@ -393,7 +257,7 @@ class ResizeEngine:
             handled.add(rec.pod)
             wrote, after = self._drive(rec.uid, snap, reader, run, report, include_containers, save)
             if wrote:  # the pod's read-back serves the rest of the pass
-                snap = _merged(snap, after or self.snapshot(reader, {rec.uid}), rec.pod)
+                snap = merged(snap, after or self.snapshot(reader, {rec.uid}), rec.pod)
         skip = set(handled)
         frozen: set[tuple[str, str]] = set()
         actuating = False  # an admitted allocation of a pod still here is not in its cgroups yet
@@ -455,7 +319,7 @@ class ResizeEngine:
             if pod is None or rec is None:
                 self._sums.drop(uid)
                 continue
-            computed = _compute(pod, rec.allocated, self._cfg, lingering=uid in self._lingering)
+            computed = compute_allocated(pod, rec.allocated, self._cfg, lingering=uid in self._lingering)
             self._comps[uid] = computed
             self._sums.put(uid, None, tier_contribution(computed.comp) if computed.comp else NO_SUMS)
             if computed.active:
@@ -545,7 +409,7 @@ class ResizeEngine:
         report.passes.append(PodPass(rec.pod, plan, execution))
         if plan.refused is not None:
             if waiting:
-                self._outcome(uid, _waiting_outcome(waiting))
+                self._outcome(uid, waiting_outcome(waiting))
             else:
                 self._outcome(uid, sm.Outcome(failed=True, reason="PlanRefused", message=plan.refused))
             return False, None
@@ -559,29 +423,7 @@ class ResizeEngine:
         after = self.snapshot(reader, {uid}) if execution.writes else snap
         rest = restrict(after.node, {rec.pod}, tiers=False, frozen_containers=frozen)
         remaining = [f for f in rest.changes if f.desired.pod == rec.pod]
-        if plan.blocked:
-            b = plan.blocked[0]
-            self._outcome(uid, sm.Outcome(reason="MemoryUsageAboveLimit", message=b.message))
-        elif waiting or restarts:
-            self._outcome(uid, _waiting_outcome(waiting | {c for _, c in restarts}))
-        elif (
-            remaining
-            and not include_containers
-            and all(f.desired.owner is Owner.CONTAINER for f in remaining)
-        ):
-            self._outcome(
-                uid,
-                sm.Outcome(reason="NoRuntime", message="no CRI endpoint: container values cannot be updated"),
-            )
-        elif remaining:
-            self._outcome(
-                uid,
-                sm.Outcome(
-                    reason="Actuating", message=f"{len(remaining)} value(s) still differ from the allocation"
-                ),
-            )
-        else:
-            self._outcome(uid, sm.Outcome(done=True))
+        self._outcome(uid, read_back_outcome(plan, remaining, waiting | {c for _, c in restarts}, include_containers))
         return execution.writes > 0, after if execution.writes else None
 
     @property
@@ -616,78 +458,6 @@ class ResizeEngine:
         self.store.save(records.values())
         self._saved_records = records
 
-    def _rebuild(self, pods: Sequence[PodView]) -> list[sm.PodRecord]:
-        """Allocated state from what the kernel shows (spec values where they match exactly)."""
-        cfg = self.settings.compute_config(self.env.hugepage_sizes)
-        comp = compute_node(pods, cfg)
-        wanted = desired_files(
-            comp, self.env.hierarchy, self.env.render_options, self.env.container_render_options, True
-        )
-        mine = [d for d in wanted if d.owner is Owner.CONTAINER and d.pod is not None and d.container]
-        read, _ = self.env.files.read_many(d.setting.path for d in mine)
-        texts: dict[tuple[str, str], dict[str, str | None]] = {}
-        for d in mine:
-            texts.setdefault((d.pod or "", d.container or ""), {})[d.setting.filename] = read[d.setting.path]
-        out = []
-        for pc in comp.pods:
-            observed: dict[str, ContainerValues] = {}
-            for cc in pc.containers:
-                values = container_values_from(texts.get((pc.pod.key, cc.container.name), {}), cc.values)
-                if values is not None:
-                    observed[cc.container.name] = values
-            alloc = rebuild_allocation(pc.pod, observed, cfg)
-            out.append(sm.PodRecord(pc.pod.uid, pc.pod.key, alloc, alloc))
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Computed:
-    """One pod at its allocated values: its computation (None when terminal or not computable), the
-    compute error, and its allocated (CPU milli, memory) requests for admission."""
-
-    comp: PodComputation | None
-    error: Problem | None
-    requests: tuple[int, int]
-    active: bool  # counted in the node's used requests and the tiers (not terminal, or not gone yet)
-    actuate: bool = True  # its cgroups are converged (not for a terminal pod that is not gone yet)
-
-
-def _compute(
-    pod: PodView, allocated: PodAllocation, cfg: ComputeConfig, *, lingering: bool = False
-) -> _Computed:
-    """A terminal pod counts, as the kubelet counts it, until it is known to be gone (`lingering`: its
-    pod cgroup is still there); its cgroups are no longer written."""
-    effective = with_allocation(pod, allocated)
-    terminal = pod.phase in TERMINAL_PHASES
-    active = not terminal or lingering
-    req = pod_requests(effective)
-    requests = (req.cpu_milli or 0, req.memory or 0)
-    if not active:
-        return _Computed(None, None, requests, False)
-    try:
-        return _Computed(compute_pod(effective, cfg), None, requests, True, actuate=not terminal)
-    except PodComputeError as err:
-        return _Computed(None, Problem(err.pod, err.message), requests, True, actuate=not terminal)
-
-
-def _merged(snap: Snapshot, fresh: Snapshot, pod: str) -> Snapshot:
-    """`snap` with one pod's files and the tiers replaced by a newer read of them (`fresh`)."""
-    newer: dict[str, FileDiff] = {
-        f.setting.path: f for f in fresh.node.files if f.desired.owner is Owner.TIER or f.desired.pod == pod
-    }
-    files = tuple(newer.pop(f.setting.path, f) for f in snap.node.files)
-    node = replace(snap.node, files=(*files, *newer.values()))
-    waiting = tuple(w for w in snap.waiting if w != pod) + tuple(w for w in fresh.waiting if w == pod)
-    return Snapshot(node, {**snap.extra, **fresh.extra}, waiting)
-
-
-def _waiting_outcome(containers: set[str]) -> sm.Outcome:
-    names = ", ".join(sorted(containers))
-    return sm.Outcome(
-        reason="WaitingForRestart",
-        message=f"container(s) {names} stopped for resize policy RestartContainer; waiting for the kubelet "
-        "to start them with the new values",
-    )
 
 
 def is_settled(status: ResizeStatus | None) -> bool:
