@@ -55,6 +55,7 @@ class EngineReconciler:
         if self.gate is not None:
             self.engine.node_filter = self._filter
             self.engine.owned = self._owned
+            self.engine.to_read = self.gate.to_read
 
     def _owned(self, node: NodeDiff) -> NodeDiff:
         assert self.gate is not None

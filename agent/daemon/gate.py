@@ -6,12 +6,14 @@ a value fought over is handled the same whichever runs the pass. No I/O.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from agent.compute import NodeComputation
 from agent.daemon.drift import Action, DriftTracker, likely_owner
 from agent.daemon.ownership import Owner, Ownership, Thing
 from agent.daemon.reconciler import DriftNote
-from agent.diff import FileDiff, NodeDiff
+from agent.diff import DesiredFile, FileDiff, NodeDiff
 from agent.diff import Owner as FileOwner
 from agent.model import TierKind
 from agent.plan import MEMORY_LIMIT_FILES, CgroupStep, ContainerStep, Step
@@ -24,9 +26,13 @@ _LIMIT_FILES = frozenset(
 
 def thing_of(f: FileDiff, pod_level_limits: bool) -> Thing:
     """Which managed thing a file belongs to (the ownership table's rows)."""
-    owner, name = f.desired.owner, f.setting.filename
+    return thing_of_desired(f.desired, pod_level_limits)
+
+
+def thing_of_desired(d: DesiredFile, pod_level_limits: bool) -> Thing:
+    owner, name = d.owner, d.setting.filename
     if owner is FileOwner.TIER:
-        is_node = f.setting.cgroup.parts[-1:] == (TierKind.NODE.value,)
+        is_node = d.setting.cgroup.parts[-1:] == (TierKind.NODE.value,)
         return Thing.QOS_RESERVED_MEMORY if name in MEMORY_LIMIT_FILES and not is_node else Thing.QOS_TIERS
     if owner is FileOwner.CONTAINER:
         return Thing.CONTAINER_RESIZES
@@ -85,6 +91,16 @@ class Gate:
                 else:
                     files.append(f)
         return Gated(NodeDiff(tuple(files), node.warnings, node.errors, node.computation), tuple(notes), (), None)
+
+    def to_read(self, wanted: Sequence[DesiredFile], comp: NodeComputation) -> list[DesiredFile]:
+        """The files worth reading: not those the kubelet owns (never written, their differences not
+        reported), so a kubelet-owned node's resync reads the tiers and what the agent owns, not every
+        pod's and container's files."""
+        if all(self.ownership.owner(t) is not Owner.KUBELET for t in Thing):
+            return list(wanted)
+        pod_level = frozenset(p.pod.key for p in comp.pods if p.pod.pod_limits is not None)
+        owner = self.ownership.owner
+        return [d for d in wanted if owner(thing_of_desired(d, d.pod in pod_level)) is not Owner.KUBELET]
 
     def _not_mine(self, f: FileDiff, pod_level: frozenset[str], notes: list[DriftNote]) -> bool:
         thing = thing_of(f, f.desired.pod in pod_level)

@@ -29,6 +29,7 @@ from agent.compute import NodeComputation, PodComputation, PodComputeError, comp
 from agent.compute.node import TERMINAL_PHASES
 from agent.compute.tiers import NO_SUMS, RunningTierSums, compute_tiers_from_sums, tier_contribution
 from agent.diff import (
+    DesiredFile,
     NodeDiff,
     Observation,
     desired_files,
@@ -86,6 +87,7 @@ class ResizeEngine:
         owned: Callable[[NodeDiff], NodeDiff] | None = None,
         runner_for: Callable[[NodeComputation], CgroupStepRunner] | None = None,
         kubelet_admits: bool = False,
+        to_read: Callable[[Sequence[DesiredFile], NodeComputation], list[DesiredFile]] | None = None,
     ) -> None:
         # `node_filter`: what of the node-wide pass may be written now (the daemon's drift backoff); a
         # pod's own resize is never held back by it. `owned`: the differences the agent owns, applied to
@@ -95,6 +97,8 @@ class ResizeEngine:
         # `runner_for`: a pass's cgroup steps through a runner that needs the pass's desired values (the
         # systemd driver sets unit properties first); otherwise `cgroup` for every pass
         self.runner_for = runner_for
+        # `to_read`: the desired files worth reading and diffing (not what the kubelet owns)
+        self.to_read = to_read
         # `kubelet_admits`: the kubelet resizes containers here; the agent follows its allocation
         self.admit: Admit = admit_after_kubelet if kubelet_admits else admit
         self.settings = settings
@@ -348,6 +352,8 @@ class ResizeEngine:
         wanted = desired_files(
             comp, self.env.hierarchy, self.env.render_options, self.env.container_render_options, True
         )
+        if self.to_read is not None:
+            wanted = tuple(self.to_read(wanted, comp))
         paths, _ = paths_to_read(wanted)
         extra_paths = usage_paths_of(f.setting for f in wanted)
         path_set = set(paths)

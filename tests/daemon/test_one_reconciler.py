@@ -132,3 +132,25 @@ def test_the_reconciler_key_is_deprecated_and_changes_nothing(node: ResizeNode) 
     with capture_logs() as logs:
         select_reconciler(replace(node.settings, explicit=frozenset()), node.env, resolve({}, None, {}), node.client)
     assert not [e for e in logs if e["event"] == "config.deprecated"]
+
+
+def test_a_kubelet_owned_nodes_resync_reads_only_what_the_agent_owns(
+    node: ResizeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet's values are neither written nor reported: not read either (the resync's cost)."""
+    for kubelet, reads_pods in (("v1.36.0", False), (None, True)):
+        rec = _reconciler(node, kubelet)
+        read: list[str] = []
+        real = node.files.read_many
+
+        def counting(paths: object, real: object = real) -> object:
+            got = list(paths)  # type: ignore[call-overload]
+            read.extend(got)
+            return real(got)  # type: ignore[operator]
+
+        monkeypatch.setattr(node.files, "read_many", counting)
+        rec.stale(node.views())
+        rec.reconcile_tiers(node.views(), NO_STOP)
+        monkeypatch.undo()
+        assert any("kubepods/burstable/cpu.shares" in p for p in read)
+        assert any(node.pods["a"].pod_dir + "/" in p for p in read) is reads_pods, (kubelet, read)
