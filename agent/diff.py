@@ -7,7 +7,7 @@ the shell reads them (and the usage files a memory decrease needs), `diff` (pure
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from agent.compute import NodeComputation
@@ -129,12 +129,18 @@ def container_files(
     return tuple(out)
 
 
+FilesCache = MutableMapping[PodUID, tuple[PodComputation, tuple[DesiredFile, ...]]]
+"""Each pod's rendered files, by UID, with the computation they were rendered from (reused while that
+very object is the pod's computation: a resync renders only the pods that changed)."""
+
+
 def desired_files(
     comp: NodeComputation,
     hierarchy: Hierarchy,
     opts: RenderOptions,
     container_opts: RenderOptions | None = None,
     include_containers: bool = True,
+    cache: FilesCache | None = None,
 ) -> tuple[DesiredFile, ...]:
     """Every file the node's desired state occupies: tiers, then each pod and its containers."""
     out: list[DesiredFile] = []
@@ -143,12 +149,19 @@ def desired_files(
             DesiredFile(s, Owner.TIER) for s in layout.render(tier.cgroup, tier.values, hierarchy, opts)
         )
     for pod in comp.pods:
-        out.extend(
+        hit = cache.get(pod.pod.uid) if cache is not None else None
+        if hit is not None and hit[0] is pod:
+            out.extend(hit[1])
+            continue
+        files = tuple(
             DesiredFile(s, Owner.POD, pod.pod.key, pod.pod.uid)
             for s in layout.render(pod.cgroup, pod.values, hierarchy, opts)
         )
         if include_containers:
-            out.extend(container_files(pod, hierarchy, opts, container_opts or opts))
+            files += container_files(pod, hierarchy, opts, container_opts or opts)
+        if cache is not None:
+            cache[pod.pod.uid] = (pod, files)
+        out.extend(files)
     return tuple(out)
 
 

@@ -30,6 +30,7 @@ from agent.compute.node import TERMINAL_PHASES
 from agent.compute.tiers import NO_SUMS, RunningTierSums, compute_tiers_from_sums, tier_contribution
 from agent.diff import (
     DesiredFile,
+    FilesCache,
     NodeDiff,
     Observation,
     desired_files,
@@ -52,7 +53,7 @@ from agent.plan import (
     Plan,
     RestartStep,
     build_plan,
-    usage_paths_of,
+    usage_paths,
     without_tier_memory_growth,
 )
 from agent.resize import state as sm
@@ -122,6 +123,7 @@ class ResizeEngine:
         self._lingering: set[PodUID] = set()  # terminal pods whose cgroup is still there: they count
         self._stale: set[PodUID] = set()  # pod or allocation changed since computed
         self._dirty: set[PodUID] = set()  # to converge in the next pass (changed, or not converged yet)
+        self._files: FilesCache = {}  # each pod's rendered files, while its computation is unchanged
 
     # ---- pods in ----
 
@@ -178,6 +180,7 @@ class ResizeEngine:
 
     def remove(self, uid: PodUID) -> None:
         self._pods.pop(uid, None)
+        self._files.pop(uid, None)
         self._terminal.discard(uid)
         self._state = sm.remove_pod(self._state, uid)
         self._stale.add(uid)
@@ -350,19 +353,24 @@ class ResizeEngine:
         tiers = compute_tiers_from_sums(self._sums.total, self._cfg)
         comp = NodeComputation(tuple(comps), tiers, tuple(warnings), tuple(errors))
         wanted = desired_files(
-            comp, self.env.hierarchy, self.env.render_options, self.env.container_render_options, True
+            comp,
+            self.env.hierarchy,
+            self.env.render_options,
+            self.env.container_render_options,
+            True,
+            cache=self._files,
         )
         if self.to_read is not None:
             wanted = tuple(self.to_read(wanted, comp))
         paths, _ = paths_to_read(wanted)
-        extra_paths = usage_paths_of(f.setting for f in wanted)
-        path_set = set(paths)
-        texts, dirs = reader.read_many([*paths, *(p for p in extra_paths if p not in path_set)])
-        observed = Observation({p: texts[p] for p in paths}, dirs)
-        extra = {p: texts[p] for p in extra_paths}
-        node, waiting = not_yet_created(diff(comp, wanted, observed))
+        texts, dirs = reader.read_many(paths)
+        node, waiting = not_yet_created(diff(comp, wanted, Observation(texts, dirs)))
         if self.owned is not None:
             node = self.owned(node)
+        # memory usage only where a memory value is about to change (the plan's guard): a converged
+        # resync reads no usage file
+        extra_paths = usage_paths(node)
+        extra, _ = reader.read_many(extra_paths) if extra_paths else ({}, {})
         return Snapshot(node, extra, waiting)
 
     # ---- driving one pod ----

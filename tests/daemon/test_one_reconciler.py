@@ -154,3 +154,4 @@ def test_a_kubelet_owned_nodes_resync_reads_only_what_the_agent_owns(
         monkeypatch.undo()
         assert any("kubepods/burstable/cpu.shares" in p for p in read)
         assert any(node.pods["a"].pod_dir + "/" in p for p in read) is reads_pods, (kubelet, read)
+        assert not [p for p in read if "usage_in_bytes" in p]  # converged: no memory guard to feed
