@@ -143,7 +143,7 @@ def test_a_kubelet_owned_nodes_resync_reads_only_what_the_agent_owns(
         read: list[str] = []
         real = node.files.read_many
 
-        def counting(paths: object, real: object = real) -> object:
+        def counting(paths: object, real: object = real, read: list[str] = read) -> object:
             got = list(paths)  # type: ignore[call-overload]
             read.extend(got)
             return real(got)  # type: ignore[operator]
