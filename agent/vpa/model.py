@@ -1,0 +1,88 @@
+"""A VerticalPodAutoscaler (`autoscaling.k8s.io/v1`) as the node agent needs it, parsed and validated.
+
+Why a model of its own: the agent reads VPAs from the API (raw JSON: the kubernetes client has no type
+for a CRD) and must never act on a half-understood object, so every field it uses is checked here once
+and a bad VPA becomes one `VPAParseError` naming the VPA and the field (agent.vpa.parse). Field names and defaults are
+VPA's (pkg/apis/autoscaling.k8s.io/v1/types.go): updateMode defaults to Recreate, controlledResources to
+[cpu, memory], controlledValues to RequestsAndLimits, a container policy's mode to Auto.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Final
+
+from agent.errors import PermanentError
+from agent.model import EMPTY, Resources
+
+ACTUATOR_ANNOTATION: Final = "kube-cgroup-agent.io/vpa-actuator"  # value "node": the agent may actuate it
+WILDCARD: Final = "*"
+
+
+class UpdateMode(enum.StrEnum):
+    OFF = "Off"
+    INITIAL = "Initial"
+    RECREATE = "Recreate"
+    IN_PLACE_OR_RECREATE = "InPlaceOrRecreate"
+    IN_PLACE = "InPlace"
+    AUTO = "Auto"  # deprecated, the same as Recreate
+
+
+class ControlledValues(enum.StrEnum):
+    REQUESTS_AND_LIMITS = "RequestsAndLimits"
+    REQUESTS_ONLY = "RequestsOnly"
+
+
+class VPAParseError(PermanentError, ValueError):
+    def __init__(self, vpa: str, message: str) -> None:
+        super().__init__(f"VerticalPodAutoscaler {vpa}: {message}", vpa=vpa)
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerPolicy:
+    container: str  # a container name, or "*" for every container without a policy of its own
+    off: bool = False  # mode: Off (the container is never changed)
+    min_allowed: Resources = EMPTY
+    max_allowed: Resources = EMPTY
+    controlled: frozenset[str] = frozenset({"cpu", "memory"})
+    values: ControlledValues = ControlledValues.REQUESTS_AND_LIMITS
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    container: str
+    target: Resources
+    lower: Resources = EMPTY
+    upper: Resources = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class VPA:
+    namespace: str
+    name: str
+    target_kind: str
+    target_name: str
+    mode: UpdateMode = UpdateMode.RECREATE
+    opted_in: bool = False  # the actuator annotation says "node"
+    recommenders: tuple[str, ...] = ()
+    policies: tuple[ContainerPolicy, ...] = ()
+    recommendations: tuple[Recommendation, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def policy_for(self, container: str) -> ContainerPolicy | None:
+        """The container's own policy, else the "*" one, else none (VPA's GetContainerResourcePolicy)."""
+        default = None
+        for p in self.policies:
+            if p.container == container:
+                return p
+            if p.container == WILDCARD:
+                default = p
+        return default
+
+    def recommendation_for(self, container: str) -> Recommendation | None:
+        return next((r for r in self.recommendations if r.container == container), None)

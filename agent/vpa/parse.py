@@ -1,0 +1,112 @@
+"""A VerticalPodAutoscaler object (raw JSON from the API) to `agent.vpa.model.VPA`, or one VPAParseError."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent.model import Resources
+from agent.pods import quantity
+from agent.vpa.model import (
+    ACTUATOR_ANNOTATION,
+    VPA,
+    ContainerPolicy,
+    ControlledValues,
+    Recommendation,
+    UpdateMode,
+    VPAParseError,
+)
+
+
+def _map(v: object, where: str, key: str) -> Mapping[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise VPAParseError(key, f"{where} must be an object")
+    return v
+
+
+def _resources(v: object, where: str, key: str) -> Resources:
+    """cpu and memory of a ResourceList (other names are VPA's business, not the node's)."""
+    raw = _map(v, where, key)
+    try:
+        cpu = quantity.to_milli(raw["cpu"], f"{where}.cpu") if "cpu" in raw else None
+        memory = quantity.to_int(raw["memory"], f"{where}.memory") if "memory" in raw else None
+    except quantity.QuantityError as err:
+        raise VPAParseError(key, str(err)) from err
+    return Resources(cpu, memory)
+
+
+def parse_vpa(raw: Mapping[str, Any]) -> VPA:
+    meta = _map(raw.get("metadata"), "metadata", "<unnamed>")
+    namespace, name = meta.get("namespace") or "default", meta.get("name")
+    if not isinstance(name, str) or not name or not isinstance(namespace, str):
+        raise VPAParseError("<unnamed>", "metadata.name is missing")
+    key = f"{namespace}/{name}"
+    spec = _map(raw.get("spec"), "spec", key)
+    ref = _map(spec.get("targetRef"), "spec.targetRef", key)
+    kind, target = ref.get("kind"), ref.get("name")
+    if not isinstance(kind, str) or not isinstance(target, str) or not kind or not target:
+        raise VPAParseError(key, "spec.targetRef needs a kind and a name")
+    mode_text = _map(spec.get("updatePolicy"), "spec.updatePolicy", key).get("updateMode") or "Recreate"
+    try:
+        mode = UpdateMode(mode_text)
+    except ValueError as err:
+        raise VPAParseError(key, f"spec.updatePolicy.updateMode {mode_text!r} is not one of VPA's modes") from err
+    annotations = _map(meta.get("annotations"), "metadata.annotations", key)
+    recommenders = tuple(
+        str(r["name"])
+        for r in spec.get("recommenders") or ()
+        if isinstance(r, Mapping) and isinstance(r.get("name"), str)
+    )
+    policies = []
+    for i, p in enumerate(_map(spec.get("resourcePolicy"), "spec.resourcePolicy", key).get("containerPolicies") or ()):
+        where = f"spec.resourcePolicy.containerPolicies[{i}]"
+        p = _map(p, where, key)
+        container = p.get("containerName")
+        if not isinstance(container, str) or not container:
+            raise VPAParseError(key, f"{where}.containerName is missing")
+        controlled = p.get("controlledResources")
+        if controlled is not None and not (isinstance(controlled, list) and all(isinstance(c, str) for c in controlled)):
+            raise VPAParseError(key, f"{where}.controlledResources must be a list of resource names")
+        try:
+            values = ControlledValues(p.get("controlledValues") or "RequestsAndLimits")
+        except ValueError as err:
+            raise VPAParseError(key, f"{where}.controlledValues {p.get('controlledValues')!r} is not RequestsAndLimits or RequestsOnly") from err
+        policies.append(
+            ContainerPolicy(
+                container,
+                off=p.get("mode") == "Off",
+                min_allowed=_resources(p.get("minAllowed"), f"{where}.minAllowed", key),
+                max_allowed=_resources(p.get("maxAllowed"), f"{where}.maxAllowed", key),
+                controlled=frozenset(controlled) if controlled is not None else frozenset({"cpu", "memory"}),
+                values=values,
+            )
+        )
+    recs = []
+    status = _map(raw.get("status"), "status", key)
+    for i, r in enumerate(_map(status.get("recommendation"), "status.recommendation", key).get("containerRecommendations") or ()):
+        where = f"status.recommendation.containerRecommendations[{i}]"
+        r = _map(r, where, key)
+        container = r.get("containerName")
+        if not isinstance(container, str) or not container:
+            raise VPAParseError(key, f"{where}.containerName is missing")
+        recs.append(
+            Recommendation(
+                container,
+                _resources(r.get("target"), f"{where}.target", key),
+                _resources(r.get("lowerBound"), f"{where}.lowerBound", key),
+                _resources(r.get("upperBound"), f"{where}.upperBound", key),
+            )
+        )
+    return VPA(
+        namespace,
+        name,
+        kind,
+        target,
+        mode,
+        opted_in=annotations.get(ACTUATOR_ANNOTATION) == "node",
+        recommenders=recommenders,
+        policies=tuple(policies),
+        recommendations=tuple(recs),
+    )
