@@ -1,0 +1,147 @@
+"""A VPA recommendation as one more source of desired state (precedence 50: above the spec, below the
+resize annotation), so that VPA in place is not a path of its own: the reconciler resizes the pod as it
+resizes any other.
+
+Which VPA: the one whose `spec.targetRef` is on the pod's owner chain (Pod → ReplicaSet → Deployment,
+or a StatefulSet, DaemonSet, Job, or any other controller), resolved from an owner map the watch keeps;
+two VPAs on one chain → the pod is left alone and reported, never guessed.
+
+What it proposes: `agent.vpa.policy.decide` says whether VPA's updater would act now and to what. Once a
+target is applied it is kept (proposed again) until a later decision replaces it, so that the pod is
+not resized back when the updater's condition stops holding (a pod inside its bounds again, say), and a
+disabled VPA (panic button) touches nothing already applied. Pure: the watch replaces the snapshot.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from agent.pods.parse import parse_pod
+from agent.sources.base import ContainerResources, Proposal
+from agent.vpa.model import VPA
+from agent.vpa.policy import ContainerTarget, Options, Verdict, decide
+
+NAME: Final = "vpa"
+PRECEDENCE: Final = 50
+QUICK_OOM_S: Final = 600.0  # EvictAfterOOMThreshold, updater config.go
+MAX_CHAIN: Final = 8
+
+OwnerKey = tuple[str, str, str]  # (namespace, kind, name)
+Owners = Mapping[OwnerKey, tuple[str, str]]  # an object -> its controller (kind, name)
+
+
+def owner_chain(namespace: str, first: tuple[str, str] | None, owners: Owners) -> tuple[tuple[str, str], ...]:
+    """The pod's controller, its controller's controller, ... (cycle-safe, at most MAX_CHAIN deep)."""
+    out: list[tuple[str, str]] = []
+    cur = first
+    while cur is not None and cur not in out and len(out) < MAX_CHAIN:
+        out.append(cur)
+        cur = owners.get((namespace, *cur))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    vpa: VPA | None
+    conflict: tuple[str, ...] = ()  # the VPAs (keys) that all claim the pod, when more than one
+
+
+def resolve(namespace: str, chain: Sequence[tuple[str, str]], vpas: Sequence[VPA]) -> Resolution:
+    on_chain = set(chain)
+    found = [v for v in vpas if v.namespace == namespace and (v.target_kind, v.target_name) in on_chain]
+    if len(found) > 1:
+        return Resolution(None, tuple(sorted(v.key for v in found)))
+    return Resolution(found[0] if found else None)
+
+
+@dataclass
+class VPASource:
+    """The VPA source; `vpas`, `owners` and `enabled` are replaced by the component that watches them."""
+
+    vpas: tuple[VPA, ...] = ()
+    owners: Owners = field(default_factory=dict)
+    opts: Options = field(default_factory=Options)
+    enabled: bool = True  # the panic button: False stops every new VPA-driven change
+    now: Callable[[], float] = lambda: datetime.now().timestamp()
+    name: str = NAME
+    precedence: int = PRECEDENCE
+    applied: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (vpa, targets)
+    verdicts: dict[str, tuple[str, Verdict]] = field(default_factory=dict)  # pod key -> (vpa, last verdict)
+    conflicts: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pod key -> the VPAs claiming it
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def propose(self, raw: Mapping[str, Any]) -> Proposal | None:
+        pod = parse_pod(raw, sources=())  # the spec alone: what the pod has now
+        chain = owner_chain(pod.namespace, pod.owner, self.owners)
+        res = resolve(pod.namespace, chain, self.vpas)
+        with self._lock:
+            if res.conflict:
+                self.conflicts[pod.key] = res.conflict
+            else:
+                self.conflicts.pop(pod.key, None)
+            kept = self.applied.get(pod.uid)
+            if res.vpa is None:
+                return self._proposal(kept, "") if kept else None
+            if not self.enabled:
+                self.verdicts[pod.key] = (res.vpa.key, Verdict(False, "VPA changes are off on this node (panic button)"))
+                return self._proposal(kept, "kept from before the panic button") if kept else None
+            verdict = decide(pod, res.vpa, _age_s(raw, self.now()), _quick_oom(raw), self.opts)
+            self.verdicts[pod.key] = (res.vpa.key, verdict)
+            if verdict.apply:
+                kept = (res.vpa.key, verdict.targets)
+                self.applied[pod.uid] = kept
+            return self._proposal(kept, verdict.reason) if kept else None
+
+    def forget(self, uid: str, key: str) -> None:
+        with self._lock:
+            self.applied.pop(uid, None)
+            self.verdicts.pop(key, None)
+            self.conflicts.pop(key, None)
+
+    def _proposal(self, kept: tuple[str, tuple[ContainerTarget, ...]], why: str) -> Proposal:
+        vpa, targets = kept
+        containers: dict[tuple[Any, str], ContainerResources] = {}
+        for t in targets:
+            wanted: dict[str, dict[str, str]] = {}
+            for kind, r in (("requests", t.requests), ("limits", t.limits)):
+                values = {}
+                if r.cpu_milli is not None:
+                    values["cpu"] = f"{r.cpu_milli}m"
+                if r.memory is not None:
+                    values["memory"] = str(r.memory)
+                if values:
+                    wanted[kind] = values
+            containers[("containers", t.container)] = wanted  # type: ignore[assignment]
+        return Proposal(self.name, containers, note=f"VPA {vpa}" + (f": {why}" if why else ""))
+
+
+def _stamp(v: object) -> float | None:
+    if not isinstance(v, str):
+        return None
+    try:
+        return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _age_s(raw: Mapping[str, Any], now: float) -> float | None:
+    status = raw.get("status")
+    start = _stamp(status.get("startTime")) if isinstance(status, Mapping) else None
+    return None if start is None else now - start
+
+
+def _quick_oom(raw: Mapping[str, Any]) -> bool:
+    """A container OOM-killed within QUICK_OOM_S of its start (the updater's quick OOM)."""
+    status = raw.get("status")
+    for cs in (status.get("containerStatuses") or []) if isinstance(status, Mapping) else []:
+        last = cs.get("lastState") if isinstance(cs, Mapping) else None
+        term = last.get("terminated") if isinstance(last, Mapping) else None
+        if isinstance(term, Mapping) and term.get("reason") == "OOMKilled":
+            started, finished = _stamp(term.get("startedAt")), _stamp(term.get("finishedAt"))
+            if started is not None and finished is not None and finished - started < QUICK_OOM_S:
+                return True
+    return False
