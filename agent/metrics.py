@@ -61,6 +61,14 @@ class Metrics:
             f"{PREFIX}_drift_yielded_values", "Values the agent stopped fighting over.", registry=r
         )
         self.pods = Gauge(f"{PREFIX}_pods", "Pods of this node the agent knows.", registry=r)
+        self.vpa_enabled = Gauge(
+            f"{PREFIX}_vpa_enabled",
+            "1 when VPA-driven changes are on for this node; 0 when off (vpa.enabled, or the panic button label).",
+            registry=r,
+        )
+        self.vpa_resizes = Counter(
+            f"{PREFIX}_vpa_resizes_total", "VPA-driven resizes sent through pods/resize, by outcome.", ["outcome"], registry=r
+        )
         self.tier_shortfall = Gauge(
             f"{PREFIX}_tier_memory_shortfall_bytes",
             "A QoS tier's memory limit above what qos-reserved asks: the kernel would not lower it below "

@@ -19,6 +19,7 @@ from agent.durations import parse_duration_us
 from agent.errors import PermanentError
 from agent.model import CPUWeightFormula, Resources
 from agent.recommender.config import RecommenderSettings, parse_recommender
+from agent.vpa.config import VPASettings, parse_vpa_settings
 from cgroupfs.naming import parse_cgroup_root
 from cgroupfs.types import CgroupName, DriverKind, NameError_
 
@@ -87,6 +88,7 @@ class Settings:
     )
     explicit: frozenset[str] = frozenset()
     recommender: RecommenderSettings = field(default_factory=RecommenderSettings)  # the local recommender
+    vpa: VPASettings = field(default_factory=VPASettings)  # VPA in place (agent.vpa)
     # where the resize and pod-level annotations are honoured (None: every namespace; SECURITY.md)
     annotation_namespaces: frozenset[str] | None = None
     inherited: Mapping[str, str] = field(
@@ -347,6 +349,7 @@ _KEYS: Final[dict[str, tuple[str, Any]]] = {
     "cgroupsPerQOS": ("cgroups_per_qos", _bool),
     "enforceNodeAllocatable": ("enforce_node_allocatable", _enforce),
     "recommender": ("recommender", parse_recommender),
+    "vpa": ("vpa", parse_vpa_settings),
     "annotationNamespaces": ("annotation_namespaces", lambda v: _namespaces(v)),
 }
 _PATH_KEYS: Final = {"cgroupfs", "pods", "stateDir", "kubeconfig", "kubeletConfig"}

@@ -39,8 +39,9 @@ def factories() -> list[ComponentFactory]:
     """Every component the daemon runs beside the pod loop, in start order; each decides from the
     settings whether it runs (agent.daemon.components)."""
     from agent.daemon.recommender import recommender_component
+    from agent.daemon.vpa import vpa_component
 
-    return [recommender_component]
+    return [recommender_component, vpa_component]
 
 
 def check_settings(settings: Settings) -> list[str]:

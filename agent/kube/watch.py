@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -115,37 +115,42 @@ def _lines(resp: Any) -> Iterator[str]:
 # -- the loop (imperative shell) -----------------------------------------------------------------
 
 
-class PodWatcher:
-    """Runs list/watch forever in the calling thread until `stop` is set."""
+class Watcher:
+    """Runs list/watch of one kind of object forever in the calling thread until `stop` is set. `call` is
+    the client's list function for it (the same function lists and, with watch=True, watches)."""
 
     def __init__(
         self,
-        core: Any,
-        node: str,
+        call: Callable[..., Any],
+        noun: str,
         metrics: Metrics,
         *,
+        selector: str | None = None,
         watch_timeout_s: int = 300,
         page_size: int = 500,
         backoff: Backoff | None = None,
     ) -> None:
-        self.core = core
-        self.node = node
+        self.call = call
+        self.noun = noun  # "pods of node n1": in errors and logs
         self.metrics = metrics
         self.watch_timeout_s = watch_timeout_s
         self.page_size = page_size
         self.backoff = backoff or Backoff(base=0.5, cap=30.0)
-        self.selector = f"spec.nodeName={node}"
+        self.selector = selector
         self._resp: Any = None
         self._lock = threading.Lock()
 
+    def _selected(self) -> dict[str, Any]:
+        return {"field_selector": self.selector} if self.selector else {}
+
     def list(self) -> tuple[list[Mapping[str, Any]], str]:
-        """Every pod of the node (paged) and the list's resourceVersion."""
+        """Every object (paged) and the list's resourceVersion."""
         pods: list[Mapping[str, Any]] = []
         token: str | None = None
         while True:
             try:
-                resp = self.core.list_pod_for_all_namespaces(
-                    field_selector=self.selector,
+                resp = self.call(
+                    **self._selected(),
                     limit=self.page_size,
                     _continue=token,
                     _preload_content=False,
@@ -153,7 +158,7 @@ class PodWatcher:
                 )
                 data = json.loads(resp.data)
             except Exception as err:  # every transport and API error becomes an APIError
-                raise wrap(f"list pods of node {self.node}", err) from err
+                raise wrap(f"list {self.noun}", err) from err
             items = data.get("items") or []
             pods.extend(i for i in items if isinstance(i, Mapping))
             meta = data.get("metadata") or {}
@@ -164,10 +169,10 @@ class PodWatcher:
     def watch(self, rv: str, sink: PodSink, stop: threading.Event) -> str:
         """Stream changes after `rv` until the server ends the stream; return the last resourceVersion.
         Raises APIGone (relist) or another APIError (back off, resume)."""
-        what = f"watch pods of node {self.node}"
+        what = f"watch {self.noun}"
         try:
-            resp = self.core.list_pod_for_all_namespaces(
-                field_selector=self.selector,
+            resp = self.call(
+                **self._selected(),
                 watch=True,
                 allow_watch_bookmarks=True,
                 resource_version=rv,
@@ -218,7 +223,7 @@ class PodWatcher:
                 if rv is None:
                     pods, rv = self.list()
                     sink.snapshot(pods)
-                    log.info("watch.listed", pods=len(pods), resource_version=rv)
+                    log.info("watch.listed", what=self.noun, objects=len(pods), resource_version=rv)
                 rv = self.watch(rv, sink, stop)
                 self.backoff.forget("watch")
                 if not stop.is_set():
@@ -232,7 +237,7 @@ class PodWatcher:
                 self.metrics.watch_restarts.labels("error").inc()
                 self.metrics.errors.labels(type(err).__name__).inc()
                 delay = self.backoff.next("watch")
-                log.warning("watch.error", error=str(err), retry_in_s=delay, resource_version=rv)
+                log.warning("watch.error", what=self.noun, error=str(err), retry_in_s=delay, resource_version=rv)
                 stop.wait(delay)
 
     def interrupt(self) -> None:
@@ -245,3 +250,14 @@ class PodWatcher:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+class PodWatcher(Watcher):
+    """The pods bound to this node (field selector spec.nodeName)."""
+
+    def __init__(self, core: Any, node: str, metrics: Metrics, **kw: Any) -> None:
+        super().__init__(
+            core.list_pod_for_all_namespaces, f"pods of node {node}", metrics, selector=f"spec.nodeName={node}", **kw
+        )
+        self.core = core
+        self.node = node

@@ -67,8 +67,12 @@ class VPASource:
     opts: Options = field(default_factory=Options)
     enabled: bool = True  # the panic button: False stops every new VPA-driven change
     now: Callable[[], float] = lambda: datetime.now().timestamp()
+    propose_changes: bool = True  # False where the kubelet resizes: decisions go to `pending` for the API
     name: str = NAME
     precedence: int = PRECEDENCE
+    pending: dict[str, tuple[str, str, str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (ns, pod, vpa, targets)
+    wake: threading.Event = field(default_factory=threading.Event)  # set when `pending` gained a decision
+    on_verdict: Callable[[str, str, Verdict], None] | None = None  # (pod, vpa, verdict) when it changed
     applied: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (vpa, targets)
     verdicts: dict[str, tuple[str, Verdict]] = field(default_factory=dict)  # pod key -> (vpa, last verdict)
     conflicts: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pod key -> the VPAs claiming it
@@ -87,14 +91,29 @@ class VPASource:
             if res.vpa is None:
                 return self._proposal(kept, "") if kept else None
             if not self.enabled:
-                self.verdicts[pod.key] = (res.vpa.key, Verdict(False, "VPA changes are off on this node (panic button)"))
+                self._verdict(pod.key, res.vpa.key, Verdict(False, "VPA changes are off on this node (panic button)"))
                 return self._proposal(kept, "kept from before the panic button") if kept else None
             verdict = decide(pod, res.vpa, _age_s(raw, self.now()), _quick_oom(raw), self.opts)
-            self.verdicts[pod.key] = (res.vpa.key, verdict)
+            self._verdict(pod.key, res.vpa.key, verdict)
+            if not self.propose_changes:  # the spec itself will change (pods/resize): nothing to keep
+                if verdict.apply:
+                    self.pending[pod.uid] = (pod.namespace, pod.name, res.vpa.key, verdict.targets)
+                    self.wake.set()
+                return None
             if verdict.apply:
                 kept = (res.vpa.key, verdict.targets)
                 self.applied[pod.uid] = kept
             return self._proposal(kept, verdict.reason) if kept else None
+
+    def _verdict(self, pod: str, vpa: str, verdict: Verdict) -> None:
+        if self.verdicts.get(pod) != (vpa, verdict) and self.on_verdict is not None:
+            self.on_verdict(pod, vpa, verdict)
+        self.verdicts[pod] = (vpa, verdict)
+
+    def take_pending(self) -> dict[str, tuple[str, str, str, tuple[ContainerTarget, ...]]]:
+        with self._lock:
+            out, self.pending = self.pending, {}
+        return out
 
     def forget(self, uid: str, key: str) -> None:
         with self._lock:

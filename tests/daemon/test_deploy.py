@@ -68,10 +68,16 @@ def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
         ("", "pods", "watch"),
         ("", "pods/status", "patch"),
         ("", "nodes", "get"),
+        ("", "nodes", "list"),  # VPA in place: the panic-button label, this node only (field selector)
+        ("", "nodes", "watch"),
+        ("", "pods/resize", "patch"),  # VPA in place where the kubelet resizes
+        ("apps", "replicasets", "list"),  # VPA in place: the owner chain
+        ("apps", "replicasets", "watch"),
         ("", "events", "create"),
         ("", "events", "patch"),
         # the local recommender (agent/recommender/publish.py)
         ("autoscaling.k8s.io", "verticalpodautoscalers", "list"),
+        ("autoscaling.k8s.io", "verticalpodautoscalers", "watch"),
         ("autoscaling.k8s.io", "verticalpodautoscalers/status", "patch"),
         ("kube-cgroup-agent.io", "recommendationpartials", "list"),
         ("kube-cgroup-agent.io", "recommendationpartials", "create"),

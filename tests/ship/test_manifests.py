@@ -120,13 +120,13 @@ def test_kubectl_kustomize_renders_the_same_objects() -> None:
 def test_a_rule_edited_into_the_flat_file_is_named_with_where_it_belongs() -> None:
     flat = _rendered("base")
     [role] = [o for o in flat if o["kind"] == "ClusterRole"]
-    role["rules"].append({"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]})
+    role["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
     [cm] = [o for o in flat if o["kind"] == "ConfigMap"]
     cm["data"]["config.yaml"] += "workers: 4\n"
     flat.append({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "extra"}})
     reasons = render_mod.stale_reasons(flat, _rendered("base"))
     assert reasons == [
-        "ClusterRole rule {'apiGroups': [''], 'resources': ['pods/resize'], 'verbs': ['patch']} is in "
+        "ClusterRole rule {'apiGroups': [''], 'resources': ['secrets'], 'verbs': ['get']} is in "
         "deploy/daemonset.yaml but not in deploy/base/rbac.yaml: move it there (with the comment saying why)",
         "ConfigMap kube-cgroup-agent differs from deploy/base/: edit it there",
         "ServiceAccount extra is in deploy/daemonset.yaml only: add it to deploy/base/",

@@ -1,0 +1,282 @@
+"""VPA in place beside the pod loop: watches VPAs, the ReplicaSets that link a pod to its Deployment, and this
+node's labels (the panic button), and keeps the VPA source (agent.vpa.source) current.
+
+Two ways to act, by the ownership table. On a bare node (the agent resizes containers) the source proposes
+the recommendation and the one reconciler resizes the pod as any other. On a node whose kubelet resizes
+containers, the source only decides; this component sends the decision to the API as the VPA updater
+does — a patch of `pods/resize`, then the `vpaInPlaceUpdated` annotation — and the kubelet actuates it;
+the agent follows its allocation. It never evicts and never deletes a pod.
+
+No VPA CRD in the cluster: the feature stays off with one warning and is looked for again every 5 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+from agent.daemon.components import Component, DaemonContext
+from agent.daemon.ownership import Thing
+from agent.kube.errors import APIError, APIForbidden, APINotFound, wrap
+from agent.kube.status import STRATEGIC_MERGE
+from agent.kube.watch import Watcher
+from agent.logging import get_logger
+from agent.vpa.config import PANIC_LABEL
+from agent.vpa.model import VPA, VPAParseError
+from agent.vpa.parse import parse_vpa
+from agent.vpa.policy import ContainerTarget
+from agent.vpa.source import VPASource
+
+log = get_logger("agent.daemon.vpa")
+
+GROUP: Final = "autoscaling.k8s.io"
+VERSION: Final = "v1"
+PLURAL: Final = "verticalpodautoscalers"
+CRD_RETRY_S: Final = 300.0
+IN_PLACE_ANNOTATION: Final = "vpaInPlaceUpdated"
+
+
+class _Objects:
+    """A watch sink keeping the latest object of each (namespace, name) and calling `changed` after each
+    update (a relist replaces the whole set)."""
+
+    def __init__(self, changed: Any) -> None:
+        self.items: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.changed = changed
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+    def snapshot(self, objs: list[Mapping[str, Any]]) -> None:
+        with self.lock:
+            self.items = {self._key(o): o for o in objs}
+        self.changed()
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        with self.lock:
+            self.items[self._key(obj)] = obj
+        self.changed()
+
+    def removed(self, uid: str, key: str) -> None:
+        ns, _, name = key.partition("/")
+        with self.lock:
+            self.items.pop((ns, name), None)
+        self.changed()
+
+    def values(self) -> list[Mapping[str, Any]]:
+        with self.lock:
+            return list(self.items.values())
+
+
+class VPAComponent:
+    name = "vpa"
+
+    def __init__(self, ctx: DaemonContext, source: VPASource, via_api: bool) -> None:
+        from kubernetes import client
+
+        self.ctx = ctx
+        self.source = source
+        self.via_api = via_api  # the kubelet resizes containers here: act through pods/resize
+        self.custom = client.CustomObjectsApi(ctx.api)
+        self.apps = client.AppsV1Api(ctx.api)
+        self.core = client.CoreV1Api(ctx.api)
+        self.vpas = _Objects(self._vpas_changed)
+        self.replicasets = _Objects(self._owners_changed)
+        self.nodes = _Objects(self._node_changed)
+        self._reported: set[tuple[str, str]] = set()  # (VPA, problem) already logged
+        self._annotation_forbidden = False
+        self._threads: list[threading.Thread] = []
+        self._watchers: list[Watcher] = []
+        self.patched: dict[str, tuple[ContainerTarget, ...]] = {}  # pod uid -> what was last sent
+        source.on_verdict = lambda pod, vpa, v: log.info("vpa.decision", pod=pod, vpa=vpa, apply=v.apply, reason=v.reason)
+
+    # ---- outside state in ----
+
+    def _vpas_changed(self) -> None:
+        parsed: list[VPA] = []
+        for raw in self.vpas.values():
+            try:
+                parsed.append(parse_vpa(raw))
+            except VPAParseError as err:
+                if (err.context.get("vpa", ""), err.message) not in self._reported:
+                    self._reported.add((str(err.context.get("vpa", "")), err.message))
+                    log.warning("vpa.invalid", message=str(err))
+        self.source.vpas = tuple(parsed)
+        self.ctx.refresh(None)
+
+    def _owners_changed(self) -> None:
+        owners: dict[tuple[str, str, str], tuple[str, str]] = {}
+        for rs in self.replicasets.values():
+            meta = rs.get("metadata") or {}
+            for ref in meta.get("ownerReferences") or ():
+                if isinstance(ref, Mapping) and ref.get("controller") is True:
+                    owners[(str(meta.get("namespace") or ""), "ReplicaSet", str(meta.get("name")))] = (
+                        str(ref.get("kind")),
+                        str(ref.get("name")),
+                    )
+        self.source.owners = owners
+        self.ctx.refresh(None)
+
+    def _node_changed(self) -> None:
+        labels: Mapping[str, Any] = {}
+        for node in self.nodes.values():
+            labels = (node.get("metadata") or {}).get("labels") or {}
+        enabled = labels.get(PANIC_LABEL) != "off"
+        if enabled != self.source.enabled:
+            self.source.enabled = enabled
+            self.ctx.metrics.vpa_enabled.set(1 if enabled else 0)
+            log.warning(
+                "vpa.panic_button",
+                enabled=enabled,
+                message=(
+                    "VPA-driven changes resumed on this node"
+                    if enabled
+                    else f"node label {PANIC_LABEL}=off: no new VPA-driven change on this node; nothing applied is touched"
+                ),
+            )
+            self.ctx.refresh(None)
+
+    # ---- the loops ----
+
+    def start(self, stop: threading.Event) -> None:
+        node = self.ctx.node or ""
+        loops = [
+            ("vpa-watch", self._vpa_loop),
+            ("vpa-replicasets", lambda s: self._watch(self.apps.list_replica_set_for_all_namespaces, "replicasets", self.replicasets, s)),
+            ("vpa-node", lambda s: self._watch(self.core.list_node, f"node {node}", self.nodes, s, f"metadata.name={node}")),
+        ]
+        if self.via_api:
+            loops.append(("vpa-actuate", self._actuate_loop))
+        for name, fn in loops:
+            t = threading.Thread(target=fn, args=(stop,), name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def join(self, timeout_s: float) -> None:
+        for w in self._watchers:
+            w.interrupt()
+        self.source.wake.set()
+        for t in self._threads:
+            t.join(timeout_s)
+
+    def _watch(self, call: Any, noun: str, sink: _Objects, stop: threading.Event, selector: str | None = None) -> None:
+        w = Watcher(call, noun, self.ctx.metrics, selector=selector)
+        self._watchers.append(w)
+        w.run(sink, stop)
+
+    def _vpa_loop(self, stop: threading.Event) -> None:
+        """Wait for the VPA CRD (one warning when missing), then list/watch VPAs in every namespace."""
+
+        def call(**kw: Any) -> Any:
+            return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
+
+        warned = False
+        while not stop.is_set():
+            try:
+                call(limit=1, _request_timeout=(10, 30))
+            except Exception as err:
+                api_err = wrap("list verticalpodautoscalers", err)
+                if isinstance(api_err, APINotFound):
+                    if not warned:
+                        log.warning("vpa.crd_missing", message="no VerticalPodAutoscaler CRD in the cluster: VPA in place is off; looking again every 5 minutes")
+                        warned = True
+                    stop.wait(CRD_RETRY_S)
+                    continue
+                log.warning("vpa.list_error", error=str(api_err))
+                stop.wait(5.0)
+                continue
+            log.info("vpa.watching", message="VerticalPodAutoscalers found: VPA in place is on")
+            self._watch(call, "verticalpodautoscalers", self.vpas, stop)
+            return
+
+    def _actuate_loop(self, stop: threading.Event) -> None:
+        """The kubelet's node: send each decision as the VPA updater does (pods/resize, then the annotation)."""
+        while not stop.is_set():
+            self.source.wake.wait(1.0)
+            self.source.wake.clear()
+            for uid, (ns, name, vpa, targets) in self.source.take_pending().items():
+                if self.patched.get(uid) == targets:
+                    continue
+                self._resize(uid, ns, name, vpa, targets)
+
+    def _annotate(self, ns: str, name: str) -> None:
+        """The VPA updater's annotation after an in-place update; needs pods patch, which the default RBAC
+        does not grant (least privilege): then one warning, and the resize stands."""
+        if self._annotation_forbidden:
+            return
+        try:
+            self.core.patch_namespaced_pod(
+                name,
+                ns,
+                {"metadata": {"annotations": {IN_PLACE_ANNOTATION: "true"}}},
+                _content_type=STRATEGIC_MERGE,
+                _preload_content=False,
+                _request_timeout=(10, 30),
+            )
+        except Exception as err:
+            api_err = wrap(f"annotate pod {ns}/{name}", err)
+            if isinstance(api_err, APIForbidden):
+                self._annotation_forbidden = True
+                log.warning("vpa.annotation_forbidden", message=f"no pods patch permission: the {IN_PLACE_ANNOTATION} annotation is not written (the resizes are)")
+            else:
+                log.warning("vpa.annotation_failed", pod=f"{ns}/{name}", error=str(api_err))
+
+    def _resize(self, uid: str, ns: str, name: str, vpa: str, targets: tuple[ContainerTarget, ...]) -> None:
+        body = {"spec": {"containers": [_container_patch(t) for t in targets]}}
+        started = time.monotonic()
+        try:
+            self.core.patch_namespaced_pod_resize(
+                name, ns, body, _content_type=STRATEGIC_MERGE, _preload_content=False, _request_timeout=(10, 30)
+            )
+            self.core.patch_namespaced_pod(
+                name,
+                ns,
+                {"metadata": {"annotations": {IN_PLACE_ANNOTATION: "true"}}},
+                _content_type=STRATEGIC_MERGE,
+                _preload_content=False,
+                _request_timeout=(10, 30),
+            )
+        except Exception as err:
+            api_err = err if isinstance(err, APIError) else wrap(f"resize pod {ns}/{name}", err)
+            self.ctx.metrics.vpa_resizes.labels("error").inc()
+            log.warning("vpa.resize_failed", pod=f"{ns}/{name}", vpa=vpa, error=str(api_err))
+            return
+        self.patched[uid] = targets
+        self.ctx.metrics.vpa_resizes.labels("sent").inc()
+        self._annotate(ns, name)
+        log.info("vpa.resized", pod=f"{ns}/{name}", vpa=vpa, via="pods/resize", ms=round((time.monotonic() - started) * 1000, 1),
+                 containers=json.dumps(body["spec"]["containers"]))
+
+
+def _container_patch(t: ContainerTarget) -> dict[str, Any]:
+    res: dict[str, dict[str, str]] = {}
+    for kind, r in (("requests", t.requests), ("limits", t.limits)):
+        values = {}
+        if r.cpu_milli is not None:
+            values["cpu"] = f"{r.cpu_milli}m"
+        if r.memory is not None:
+            values["memory"] = str(r.memory)
+        if values:
+            res[kind] = values
+    return {"name": t.container, "resources": res}
+
+
+def vpa_component(ctx: DaemonContext) -> Component | None:
+    """On when `vpa.enabled` and the pods come from the API; adds the VPA source before the daemon starts."""
+    settings = ctx.settings.vpa
+    if not settings.enabled:
+        return None
+    if ctx.api is None:
+        log.info("vpa.off", message="VPA in place needs the API server (pods from a directory here)")
+        return None
+    via_api = not ctx.ownership.writes(Thing.CONTAINER_RESIZES)
+    source = VPASource(opts=settings.options(), propose_changes=not via_api)
+    ctx.sources.append(source)
+    ctx.metrics.vpa_enabled.set(1)
+    return VPAComponent(ctx, source, via_api)

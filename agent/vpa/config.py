@@ -1,0 +1,72 @@
+"""The `vpa:` config section: VPA in place on this node.
+
+    vpa:
+      enabled: true                 # watch VPAs; off: no VPA watch, nothing VPA-driven (default off)
+      actuate: opted-in             # or "all": every VPA, without the kube-cgroup-agent.io/vpa-actuator annotation
+      treatRecreateAsInPlace: false # Auto/Recreate VPAs too (their updater would evict; the agent never does)
+      podLifetimeThreshold: 12h     # VPA's --pod-lifetime-update-threshold
+      minChange: 0.1                # VPA's --min-change-priority
+
+The panic button is the node label `kube-cgroup-agent.io/vpa=off`: one label on the node, seen through a
+watch of the node, stops every new VPA-driven change there; nothing already applied is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+from agent.durations import parse_duration_us
+from agent.vpa.policy import MIN_CHANGE, POD_LIFETIME_S, Options
+
+PANIC_LABEL: Final = "kube-cgroup-agent.io/vpa"  # value "off" on the node
+
+
+@dataclass(frozen=True, slots=True)
+class VPASettings:
+    enabled: bool = False
+    actuate_all: bool = False
+    treat_recreate_as_in_place: bool = False
+    pod_lifetime_s: float = POD_LIFETIME_S
+    min_change: float = MIN_CHANGE
+
+    def options(self) -> Options:
+        return Options(self.actuate_all, self.treat_recreate_as_in_place, self.pod_lifetime_s, self.min_change)
+
+
+def parse_vpa_settings(raw: object) -> VPASettings:
+    """The section; ValueError lists every problem."""
+    if raw is None:
+        return VPASettings()
+    if not isinstance(raw, Mapping):
+        raise ValueError("vpa must be a map of settings")
+    out = VPASettings()
+    changes: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in raw.items():
+        try:
+            if key == "enabled" or key == "treatRecreateAsInPlace":
+                if not isinstance(value, bool):
+                    raise ValueError(f"{value!r} is not true or false")
+                changes["enabled" if key == "enabled" else "treat_recreate_as_in_place"] = value
+            elif key == "actuate":
+                if value not in ("opted-in", "all"):
+                    raise ValueError(f"{value!r} is not opted-in or all")
+                changes["actuate_all"] = value == "all"
+            elif key == "podLifetimeThreshold":
+                seconds = parse_duration_us(str(value)) / 1e6 if isinstance(value, str) else value
+                if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+                    raise ValueError(f"{value!r} is not a duration like 12h")
+                changes["pod_lifetime_s"] = float(seconds)
+            elif key == "minChange":
+                if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 10:
+                    raise ValueError(f"{value!r} is not a fraction like 0.1")
+                changes["min_change"] = float(value)
+            else:
+                raise ValueError("unknown setting")
+        except ValueError as err:
+            problems.append(f"vpa.{key}: {err}")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return replace(out, **changes)

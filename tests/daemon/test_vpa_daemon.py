@@ -1,0 +1,126 @@
+"""VPA in place beside the real daemon process (fake API server, fake cgroup tree, fake CRI).
+
+- bare node: a VPA that opts in and controls the pod through its ReplicaSet and Deployment; its
+  recommendation is applied in place by the agent's own engine (limits proportional, no container
+  stopped); the panic button (node label) holds back a later recommendation, releasing it applies it;
+- kubelet-owned node (v1.36): the decision goes to the API as the VPA updater sends it, a pods/resize
+  patch and the `vpaInPlaceUpdated` annotation;
+- no VPA CRD: one warning, the rest of the agent runs;
+- never evicts: no eviction and no pod delete is ever requested.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tests.daemon.conftest import NODE, Env, node_object, wait_for
+from tests.resize.harness import ctr, manifest
+
+VPA_API = ("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
+RS_API = ("apps", "v1", "replicasets")
+NODE_API = ("", "v1", "nodes")
+
+
+def _pod(name: str = "web-6d4f-x") -> dict[str, Any]:
+    raw = manifest(name, [ctr("app", req={"cpu": "100m", "memory": "100Mi"}, lim={"cpu": "200m", "memory": "200Mi"})])
+    raw["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4f", "uid": "rs-1", "controller": True}]
+    return raw
+
+
+def _vpa(cpu: str, lower: str, upper: str, opted_in: bool = True) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "web", "namespace": "default"}
+    if opted_in:
+        meta["annotations"] = {"kube-cgroup-agent.io/vpa-actuator": "node"}
+    return {
+        "metadata": meta,
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "updatePolicy": {"updateMode": "InPlace"}},
+        "status": {"recommendation": {"containerRecommendations": [
+            {"containerName": "app", "target": {"cpu": cpu, "memory": "100Mi"}, "lowerBound": {"cpu": lower, "memory": "50Mi"}, "upperBound": {"cpu": upper, "memory": "200Mi"}}
+        ]}},
+    }
+
+
+def _cluster(env: Env, kubelet: str = "") -> None:
+    c = env.cluster
+    c.serve(*VPA_API, kind="VerticalPodAutoscaler")
+    c.serve(*RS_API, kind="ReplicaSet")
+    c.serve(*NODE_API, kind="Node", namespaced=False)
+    c.node["status"]["nodeInfo"]["kubeletVersion"] = kubelet
+    c.put(*NODE_API, {**node_object(), "metadata": {"name": NODE, "namespace": ""}})
+    c.put(*RS_API, {"metadata": {"name": "web-6d4f", "namespace": "default", "ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "d-1", "controller": True}]}})
+
+
+def _never_evicted(env: Env) -> None:
+    assert env.cluster.count("POST", "/eviction") == 0
+    assert env.cluster.count("DELETE", "/pods/") == 0
+
+
+def test_a_recommendation_is_applied_in_place_and_the_panic_button_holds_the_next(env: Env) -> None:
+    _cluster(env)
+    env.node.add_pod(_pod())
+    env.publish("web-6d4f-x")
+    quota = env.node.container_path("web-6d4f-x", "app", "cpu.cfs_quota_us")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    assert env.node.read(quota) == "20000"
+
+    env.cluster.put(*VPA_API, _vpa("300m", "200m", "400m"))  # 100m is below the lower bound: act now
+    wait_for(lambda: env.node.read(quota) == "60000", "the recommendation in place (300m, limit 600m)")
+    assert env.node.read(env.node.container_path("web-6d4f-x", "app", "cpu.shares")) == "307"
+
+    t0 = time.monotonic()
+    env.cluster.put(*NODE_API, {**node_object(), "metadata": {"name": NODE, "namespace": "", "labels": {"kube-cgroup-agent.io/vpa": "off"}}})
+    wait_for(lambda: daemon.logged("vpa.panic_button", enabled=False), "the panic button")
+    print(f"\npanic button: label written -> VPA changes off in the agent after {(time.monotonic() - t0) * 1000:.0f} ms")
+    env.cluster.put(*VPA_API, _vpa("500m", "450m", "600m"))
+    wait_for(lambda: [d for d in daemon.logged("vpa.decision") if "panic" in d["reason"]], "the decision held back")
+    assert env.node.read(quota) == "60000"  # held back; nothing applied was touched
+
+    env.cluster.put(*NODE_API, {**node_object(), "metadata": {"name": NODE, "namespace": "", "labels": {}}})
+    wait_for(lambda: env.node.read(quota) == "100000", "the held-back recommendation once released (500m, limit 1)")
+    assert env.cri.service.calls_of("StopContainer") == []  # in place, no restart
+    _never_evicted(env)
+    assert daemon.terminate() == 0
+
+
+def test_on_a_kubelet_owned_node_the_decision_goes_through_pods_resize(env: Env) -> None:
+    _cluster(env, kubelet="v1.36.0")
+    env.node.add_pod(_pod())
+    env.publish("web-6d4f-x")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _vpa("300m", "200m", "400m"))
+    sent = wait_for(lambda: env.cluster.recorded("PATCH", "/pods/web-6d4f-x/resize"), "the pods/resize patch")
+    [app] = sent[0].body["spec"]["containers"]
+    assert app == {"name": "app", "resources": {"requests": {"cpu": "300m", "memory": str(100 << 20)}, "limits": {"cpu": "600m", "memory": str(200 << 20)}}}
+    annotated = wait_for(lambda: (env.cluster.pod("default", "web-6d4f-x") or {}).get("metadata", {}).get("annotations", {}).get("vpaInPlaceUpdated"), "the annotation")
+    assert annotated == "true"
+    spec = env.cluster.pod("default", "web-6d4f-x")["spec"]["containers"][0]["resources"]  # type: ignore[index]
+    assert spec["limits"]["cpu"] == "600m"
+    assert env.cri.service.calls_of("UpdateContainerResources") == []  # the kubelet's to actuate
+    _never_evicted(env)
+    assert daemon.terminate() == 0
+
+
+def test_without_the_vpa_crd_the_feature_is_off_with_one_warning(env: Env) -> None:
+    env.node.add_pod(_pod())
+    env.publish("web-6d4f-x")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    wait_for(lambda: daemon.logged("vpa.crd_missing"), "the warning")
+    assert len(daemon.logged("vpa.crd_missing")) == 1
+    assert daemon.terminate() == 0
+
+
+def test_a_vpa_that_does_not_opt_in_changes_nothing(env: Env) -> None:
+    _cluster(env)
+    env.node.add_pod(_pod())
+    env.publish("web-6d4f-x")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _vpa("300m", "200m", "400m", opted_in=False))
+    wait_for(lambda: [d for d in daemon.logged("vpa.decision") if "opt in" in d["reason"]], "the decision")
+    assert env.node.read(env.node.container_path("web-6d4f-x", "app", "cpu.cfs_quota_us")) == "20000"
+    assert daemon.terminate() == 0
