@@ -9,7 +9,10 @@ files under /sys/fs/cgroup/*/realk8s:
 - a `pods/resize` of a running pod is applied by the kubelet; the agent moves the Burstable tier within
   seconds (the kubelet: up to a minute later) and never writes the kubelet's values (drift counters 0);
 - a pod-level-annotation change is applied by the agent to the pod cgroup;
-- kill -9 of the agent in the middle of a resize loses nothing: the next start converges.
+- kill -9 of the agent in the middle of a resize loses nothing: the next start converges;
+- VPA in place: a Deployment's pod and a VPA that opts in; a recommendation patched into the VPA's status
+  is applied in place through pods/resize by the kubelet (limits proportional, restartCount 0, same pod
+  UID); the panic button holds back a later one, and releasing it applies it.
 """
 
 from __future__ import annotations
@@ -130,6 +133,8 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "daemonset.yaml").read_text()) if d]
     rbac = [d for d in docs if d["kind"] in {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}]
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(rbac))
+    kubectl("apply", "-f", str(Path(__file__).with_name("vpa-v1-crd.yaml")))  # the VPA project's CRDs
+    wait_for("the VPA CRD", lambda: "verticalpodautoscalers" in kubectl("api-resources", "--api-group", "autoscaling.k8s.io"), 60)
     token = kubectl("create", "token", "kube-cgroup-agent", "-n", "kube-cgroup-agent", "--duration", "2h").strip()
     admin = yaml.safe_load((RK / "kubeconfig").read_text())
     cluster = admin["clusters"][0]["cluster"]
@@ -162,6 +167,7 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
                 "healthBindAddress": f"127.0.0.1:{_free_port()}",
                 "logFormat": "json",
                 "resyncPeriod": "10s",
+                "vpa": {"enabled": True},
             }
         )
     )
@@ -171,7 +177,7 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
         yield a
     finally:
         a.stop()
-        kubectl("delete", "pod", "--all", "--wait=false")
+        kubectl("delete", "deployment,pod", "--all", "--wait=false")
 
 
 def _pod(name: str, cpu_request: str, cpu_limit: str) -> str:
@@ -296,3 +302,62 @@ def test_kill_9_mid_resize_loses_nothing(agent: Agent) -> None:
     wait_for("the tier after the restart", lambda: read(burstable) == _shares(500), 60)
     time.sleep(12)
     assert all(v == 0 for v in agent.drift().values()), agent.drift()
+
+
+def _vpa_status(cpu: str, lower: str, upper: str) -> str:
+    return json.dumps({"status": {"recommendation": {"containerRecommendations": [
+        {"containerName": "app", "target": {"cpu": cpu, "memory": "32Mi"}, "lowerBound": {"cpu": lower, "memory": "16Mi"},
+         "upperBound": {"cpu": upper, "memory": "64Mi"}}]}}})
+
+
+def _container_quota(pod: dict[str, Any]) -> Path | None:
+    for d in _pod_dir(pod).iterdir():
+        if d.is_dir() and (d / "cpu.cfs_quota_us").exists():
+            return d / "cpu.cfs_quota_us"
+    return None
+
+
+def test_vpa_in_place_through_the_kubelet_with_the_panic_button(agent: Agent) -> None:
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "shop", "namespace": "default"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "shop"}}, "template": {
+            "metadata": {"labels": {"app": "shop"}},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "app", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "1000000"],
+                "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}}]}}},
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(deployment))
+    name = wait_for("the Deployment's pod", lambda: kubectl("get", "pods", "-l", "app=shop", "-o", "jsonpath={.items[0].metadata.name}"), 60)
+    pod = _running(name)
+    uid = pod["metadata"]["uid"]
+    quota = wait_for("the container cgroup", lambda: _container_quota(pod), 30)
+    assert read(quota) == "20000"
+    vpa = {
+        "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
+        "metadata": {"name": "shop", "namespace": "default", "annotations": {"kube-cgroup-agent.io/vpa-actuator": "node"}},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "shop"}, "updatePolicy": {"updateMode": "InPlace"}},
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(vpa))
+
+    t0 = time.monotonic()
+    kubectl("patch", "vpa", "shop", "--subresource", "status", "--type", "merge", "-p", _vpa_status("300m", "250m", "400m"))
+    wait_for("the kubelet writing the recommended limit (600m)", lambda: read(quota) == "60000", 60)
+    vpa_ms = (time.monotonic() - t0) * 1000
+    after = json.loads(kubectl("get", "pod", name, "-o", "json"))
+    assert after["metadata"]["uid"] == uid  # the same pod: in place, not evicted
+    assert after["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "600m"  # ratio 2 kept
+    assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+
+    kubectl("label", "node", NODE, "kube-cgroup-agent.io/vpa=off")
+    wait_for("the panic button", lambda: [e for e in agent.lines() if e.get("event") == "vpa.panic_button" and e.get("enabled") is False], 10)
+    kubectl("patch", "vpa", "shop", "--subresource", "status", "--type", "merge", "-p", _vpa_status("500m", "450m", "600m"))
+    wait_for("the held-back decision", lambda: [e for e in agent.lines() if e.get("event") == "vpa.decision" and "panic" in str(e.get("reason"))], 30)
+    time.sleep(2)
+    assert read(quota) == "60000"
+    kubectl("label", "node", NODE, "kube-cgroup-agent.io/vpa-")
+    wait_for("the released recommendation (limit 1 CPU)", lambda: read(quota) == "100000", 60)
+    assert json.loads(kubectl("get", "pod", name, "-o", "json"))["metadata"]["uid"] == uid
+    print(f"\ne2e-k8s: VPA status patch -> container cgroup written by the kubelet after {vpa_ms:.0f} ms")
+    if out := os.environ.get("KCG_E2E_K8S_OUT"):
+        data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
+        Path(out).write_text(json.dumps({**data, "vpa_to_cgroup_ms": vpa_ms}, indent=2) + "\n")
