@@ -37,6 +37,7 @@ VERSION: Final = "v1"
 PLURAL: Final = "verticalpodautoscalers"
 CRD_RETRY_S: Final = 300.0
 IN_PLACE_ANNOTATION: Final = "vpaInPlaceUpdated"
+USAGE_S: Final = 2.0  # how often the working sets of VPA-controlled containers are read
 
 
 class _Objects:
@@ -94,7 +95,9 @@ class VPAComponent:
         self._threads: list[threading.Thread] = []
         self._watchers: list[Watcher] = []
         self.patched: dict[str, tuple[ContainerTarget, ...]] = {}  # pod uid -> what was last sent
-        source.on_verdict = lambda pod, vpa, v: log.info("vpa.decision", pod=pod, vpa=vpa, apply=v.apply, reason=v.reason)
+        source.on_verdict = lambda pod, vpa, v: log.info(
+            "vpa.decision", pod=pod, vpa=vpa, apply=v.apply, reason=v.reason, held=list(v.held)
+        )
 
     # ---- outside state in ----
 
@@ -153,6 +156,7 @@ class VPAComponent:
         ]
         if self.via_api:
             loops.append(("vpa-actuate", self._actuate_loop))
+        loops.append(("vpa-usage", self._usage_loop))
         for name, fn in loops:
             t = threading.Thread(target=fn, args=(stop,), name=name, daemon=True)
             t.start()
@@ -194,6 +198,34 @@ class VPAComponent:
             log.info("vpa.watching", message="VerticalPodAutoscalers found: VPA in place is on")
             self._watch(call, "verticalpodautoscalers", self.vpas, stop)
             return
+
+    def _usage_loop(self, stop: threading.Event) -> None:
+        """Every USAGE_S, the working set of each container a VPA controls (the kernel's, which the VPA
+        updater cannot see): a memory limit is never lowered below it, and a held one is lowered once it
+        allows (the pods holding one are derived again)."""
+        from agent.recommender.counters import parse_v1, parse_v2, working_set
+        from agent.recommender.sampler import reader_for, targets
+
+        env = self.ctx.env
+        reader = reader_for(self.ctx.settings.cgroupfs, env.settings.cgroup_root_name, env.settings.cgroup_driver, env.hierarchy)
+        while not stop.wait(USAGE_S):
+            try:
+                pods = [p for p in self.ctx.pods() if self.source.controlled(p.namespace, p.owner)]
+                wanted = targets(pods, env.settings.cgroup_root_name, env.settings.cgroup_driver, env.hierarchy)
+                texts, _ = reader.read_many([path for t in wanted for _, path in t.files])
+            except Exception as err:
+                log.warning("vpa.usage_error", error=str(err))
+                continue
+            usage: dict[str, dict[str, int]] = {}
+            for t in wanted:
+                files = {n: texts.get(path) for n, path in t.files}
+                ws = working_set(parse_v2(files) if t.v2 else parse_v1(files))
+                if ws is not None:
+                    usage.setdefault(t.pod, {})[t.container] = ws
+            self.source.usage = usage
+            held = set(self.source.held_pods())
+            if held:
+                self.ctx.refresh([p.uid for p in pods if p.key in held])
 
     def _actuate_loop(self, stop: threading.Event) -> None:
         """The kubelet's node: send each decision as the VPA updater does (pods/resize, then the annotation)."""
@@ -276,7 +308,7 @@ def vpa_component(ctx: DaemonContext) -> Component | None:
         log.info("vpa.off", message="VPA in place needs the API server (pods from a directory here)")
         return None
     via_api = not ctx.ownership.writes(Thing.CONTAINER_RESIZES)
-    source = VPASource(opts=settings.options(), propose_changes=not via_api)
+    source = VPASource(opts=settings.options(), propose_changes=not via_api, usage={})
     ctx.sources.append(source)
     ctx.metrics.vpa_enabled.set(1)
     return VPAComponent(ctx, source, via_api)

@@ -6,6 +6,7 @@
       treatRecreateAsInPlace: false # Auto/Recreate VPAs too (their updater would evict; the agent never does)
       podLifetimeThreshold: 12h     # VPA's --pod-lifetime-update-threshold
       minChange: 0.1                # VPA's --min-change-priority
+      memoryUsageMargin: 0.1        # a memory limit never goes below the working set x 1.1
 
 The panic button is the node label `kube-cgroup-agent.io/vpa=off`: one label on the node, seen through a
 watch of the node, stops every new VPA-driven change there; nothing already applied is touched.
@@ -30,9 +31,12 @@ class VPASettings:
     treat_recreate_as_in_place: bool = False
     pod_lifetime_s: float = POD_LIFETIME_S
     min_change: float = MIN_CHANGE
+    usage_margin: float = 0.1
 
     def options(self) -> Options:
-        return Options(self.actuate_all, self.treat_recreate_as_in_place, self.pod_lifetime_s, self.min_change)
+        return Options(
+            self.actuate_all, self.treat_recreate_as_in_place, self.pod_lifetime_s, self.min_change, self.usage_margin
+        )
 
 
 def parse_vpa_settings(raw: object) -> VPASettings:
@@ -59,10 +63,10 @@ def parse_vpa_settings(raw: object) -> VPASettings:
                 if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
                     raise ValueError(f"{value!r} is not a duration like 12h")
                 changes["pod_lifetime_s"] = float(seconds)
-            elif key == "minChange":
+            elif key in ("minChange", "memoryUsageMargin"):
                 if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 10:
                     raise ValueError(f"{value!r} is not a fraction like 0.1")
-                changes["min_change"] = float(value)
+                changes["min_change" if key == "minChange" else "usage_margin"] = float(value)
             else:
                 raise ValueError("unknown setting")
         except ValueError as err:

@@ -17,7 +17,8 @@ server refuses it anyway), and pods with pod-level resources are skipped (VPA do
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -38,6 +39,7 @@ class Options:
     treat_recreate_as_in_place: bool = False  # vpa.treatRecreateAsInPlace
     pod_lifetime_s: float = POD_LIFETIME_S  # vpa.podLifetimeThreshold
     min_change: float = MIN_CHANGE
+    usage_margin: float = 0.1  # vpa.memoryUsageMargin: a memory limit never goes below working set × (1 + this)
 
 
 def not_actuated_because(vpa: VPA, opts: Options) -> str | None:
@@ -114,11 +116,33 @@ def container_target(c: ContainerView, rec: Recommendation, policy: ContainerPol
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What to do with one pod: `targets` to apply when `apply`, and why (shown by `explain`)."""
+    """What to do with one pod: `targets` to apply when `apply`, and why (shown by `explain`). `held`
+    names the memory limits kept above the recommendation because the container uses more."""
 
     apply: bool
     reason: str
     targets: tuple[ContainerTarget, ...] = ()
+    held: tuple[str, ...] = ()
+
+
+def hold_memory_at_usage(
+    t: ContainerTarget, c: ContainerView, usage: int | None, margin: float
+) -> tuple[ContainerTarget, str | None]:
+    """Beyond VPA (the updater cannot see usage): a memory limit that would go down is kept at least at
+    the working set plus the margin, and never above where it is; with no usage known yet, a decrease
+    waits. The request may go down (it is a reservation, not a ceiling)."""
+    new, current = t.limits.memory, c.limits.memory
+    if new is None or current is None or new >= current:
+        return t, None
+    floor = current if usage is None else min(current, math.ceil(usage * (1 + margin)))
+    if new >= floor:
+        return t, None
+    why = (
+        f"{c.name}: memory limit held at {floor} (no working set read yet)"
+        if usage is None
+        else f"{c.name}: memory limit held at {floor} (working set {usage} + {margin:.0%}), not {new}"
+    )
+    return ContainerTarget(t.container, t.requests, replace(t.limits, memory=floor)), why
 
 
 def _priority(pod: PodView, vpa: VPA) -> tuple[bool, float]:
@@ -154,8 +178,16 @@ def _priority(pod: PodView, vpa: VPA) -> tuple[bool, float]:
     return outside, diff
 
 
-def decide(pod: PodView, vpa: VPA, age_s: float | None, quick_oom: bool, opts: Options) -> Verdict:
-    """Whether VPA's updater would update this pod now, and to what (one pod, pure)."""
+def decide(
+    pod: PodView,
+    vpa: VPA,
+    age_s: float | None,
+    quick_oom: bool,
+    opts: Options,
+    usage: Mapping[str, int] | None = None,
+) -> Verdict:
+    """Whether VPA's updater would update this pod now, and to what (one pod, pure). `usage`: each
+    container's working set, when the node knows it (None: not capped at all, as VPA itself)."""
     why = not_actuated_because(vpa, opts)
     if why is not None:
         return Verdict(False, why)
@@ -164,13 +196,18 @@ def decide(pod: PodView, vpa: VPA, age_s: float | None, quick_oom: bool, opts: O
     if not vpa.recommendations:
         return Verdict(False, "the VPA has no recommendation yet")
     targets = []
+    held: list[str] = []
     for c in pod.containers:
         rec = vpa.recommendation_for(c.name)
         t = container_target(c, rec, vpa.policy_for(c.name)) if rec is not None else None
+        if t is not None and usage is not None:
+            t, why = hold_memory_at_usage(t, c, usage.get(c.name), opts.usage_margin)
+            if why:
+                held.append(why)
         if t is not None and (t.requests, t.limits) != (c.requests, c.limits):
             targets.append(t)
     if not targets:
-        return Verdict(False, "the recommendation is what the pod has")
+        return Verdict(False, "the recommendation is what the pod has", held=tuple(held))
     outside, diff = _priority(pod, vpa)
     if not outside and not quick_oom:
         if age_s is None or age_s < opts.pod_lifetime_s:
@@ -180,7 +217,7 @@ def decide(pod: PodView, vpa: VPA, age_s: float | None, quick_oom: bool, opts: O
     if _changes_qos(pod, targets):
         return Verdict(False, "the recommendation would change the pod's QoS class")
     why_now = "quick OOM" if quick_oom else ("a request outside the recommended range" if outside else f"a {diff:.0%} change")
-    return Verdict(True, why_now, tuple(targets))
+    return Verdict(True, why_now, tuple(targets), tuple(held))
 
 
 def _changes_qos(pod: PodView, targets: Sequence[ContainerTarget]) -> bool:

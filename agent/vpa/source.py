@@ -73,6 +73,9 @@ class VPASource:
     pending: dict[str, tuple[str, str, str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (ns, pod, vpa, targets)
     wake: threading.Event = field(default_factory=threading.Event)  # set when `pending` gained a decision
     on_verdict: Callable[[str, str, Verdict], None] | None = None  # (pod, vpa, verdict) when it changed
+    # pod key -> container -> working set, kept by the component that reads the kernel; None: not read
+    # on this node (no cap, as VPA itself)
+    usage: dict[str, dict[str, int]] | None = None
     applied: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (vpa, targets)
     verdicts: dict[str, tuple[str, Verdict]] = field(default_factory=dict)  # pod key -> (vpa, last verdict)
     conflicts: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pod key -> the VPAs claiming it
@@ -93,7 +96,8 @@ class VPASource:
             if not self.enabled:
                 self._verdict(pod.key, res.vpa.key, Verdict(False, "VPA changes are off on this node (panic button)"))
                 return self._proposal(kept, "kept from before the panic button") if kept else None
-            verdict = decide(pod, res.vpa, _age_s(raw, self.now()), _quick_oom(raw), self.opts)
+            usage = self.usage.get(pod.key, {}) if self.usage is not None else None
+            verdict = decide(pod, res.vpa, _age_s(raw, self.now()), _quick_oom(raw), self.opts, usage)
             self._verdict(pod.key, res.vpa.key, verdict)
             if not self.propose_changes:  # the spec itself will change (pods/resize): nothing to keep
                 if verdict.apply:
@@ -109,6 +113,15 @@ class VPASource:
         if self.verdicts.get(pod) != (vpa, verdict) and self.on_verdict is not None:
             self.on_verdict(pod, vpa, verdict)
         self.verdicts[pod] = (vpa, verdict)
+
+    def controlled(self, namespace: str, owner: tuple[str, str] | None) -> bool:
+        """Whether exactly one VPA controls a pod with this controller (for the usage reader)."""
+        return resolve(namespace, owner_chain(namespace, owner, self.owners), self.vpas).vpa is not None
+
+    def held_pods(self) -> list[str]:
+        """Pods (keys) whose last decision holds a memory limit above the recommendation."""
+        with self._lock:
+            return [k for k, (_, v) in self.verdicts.items() if v.held]
 
     def take_pending(self) -> dict[str, tuple[str, str, str, tuple[ContainerTarget, ...]]]:
         with self._lock:

@@ -124,3 +124,30 @@ def test_a_vpa_that_does_not_opt_in_changes_nothing(env: Env) -> None:
     wait_for(lambda: [d for d in daemon.logged("vpa.decision") if "opt in" in d["reason"]], "the decision")
     assert env.node.read(env.node.container_path("web-6d4f-x", "app", "cpu.cfs_quota_us")) == "20000"
     assert daemon.terminate() == 0
+
+
+def _vpa_memory(memory: str, lower: str, upper: str) -> dict[str, Any]:
+    v = _vpa("100m", "50m", "200m")
+    v["status"]["recommendation"]["containerRecommendations"][0].update(
+        {"target": {"cpu": "100m", "memory": memory}, "lowerBound": {"cpu": "50m", "memory": lower}, "upperBound": {"cpu": "200m", "memory": upper}}
+    )
+    return v
+
+
+def test_a_memory_decrease_stops_at_the_working_set_and_finishes_when_usage_allows(env: Env) -> None:
+    """The container holds 150Mi; the recommendation would take its limit from 200Mi to 100Mi. The limit
+    goes to ceil(150Mi × 1.1) and no lower; once the working set falls, the rest follows."""
+    _cluster(env)
+    env.node.add_pod(_pod())
+    env.publish("web-6d4f-x")
+    limit = env.node.container_path("web-6d4f-x", "app", "memory.limit_in_bytes")
+    env.node.set_usage("web-6d4f-x", "app", 150 << 20)
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _vpa_memory("50Mi", "20Mi", "80Mi"))  # request 100Mi above the upper bound
+    wait_for(lambda: env.node.read(limit) == str(173015040), "the limit held at the working set + 10 %")
+    assert [d for d in daemon.logged("vpa.decision") if d["apply"]]
+    env.node.set_usage("web-6d4f-x", "app", 10 << 20)
+    wait_for(lambda: env.node.read(limit) == str(100 << 20), "the rest of the decrease once usage allows")
+    _never_evicted(env)
+    assert daemon.terminate() == 0
