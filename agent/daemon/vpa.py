@@ -266,14 +266,6 @@ class VPAComponent:
             self.core.patch_namespaced_pod_resize(
                 name, ns, body, _content_type=STRATEGIC_MERGE, _preload_content=False, _request_timeout=(10, 30)
             )
-            self.core.patch_namespaced_pod(
-                name,
-                ns,
-                {"metadata": {"annotations": {IN_PLACE_ANNOTATION: "true"}}},
-                _content_type=STRATEGIC_MERGE,
-                _preload_content=False,
-                _request_timeout=(10, 30),
-            )
         except Exception as err:
             api_err = err if isinstance(err, APIError) else wrap(f"resize pod {ns}/{name}", err)
             self.ctx.metrics.vpa_resizes.labels("error").inc()

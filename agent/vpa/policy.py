@@ -130,19 +130,23 @@ def hold_memory_at_usage(
 ) -> tuple[ContainerTarget, str | None]:
     """Beyond VPA (the updater cannot see usage): a memory limit that would go down is kept at least at
     the working set plus the margin, and never above where it is; with no usage known yet, a decrease
-    waits. The request may go down (it is a reservation, not a ceiling)."""
+    waits. The request is held in the same proportion (limit/request as the pod has it), so the next
+    decision, once usage allows, still scales the limit with VPA's ratio."""
     new, current = t.limits.memory, c.limits.memory
     if new is None or current is None or new >= current:
         return t, None
     floor = current if usage is None else min(current, math.ceil(usage * (1 + margin)))
     if new >= floor:
         return t, None
+    requests = t.requests
+    if c.requests.memory is not None and t.requests.memory is not None:
+        requests = replace(requests, memory=max(t.requests.memory, floor * c.requests.memory // current))
     why = (
-        f"{c.name}: memory limit held at {floor} (no working set read yet)"
+        f"{c.name}: memory held at limit {floor} (no working set read yet)"
         if usage is None
-        else f"{c.name}: memory limit held at {floor} (working set {usage} + {margin:.0%}), not {new}"
+        else f"{c.name}: memory held at limit {floor} (working set {usage} + {margin:.0%}), not {new}"
     )
-    return ContainerTarget(t.container, t.requests, replace(t.limits, memory=floor)), why
+    return ContainerTarget(t.container, requests, replace(t.limits, memory=floor)), why
 
 
 def _priority(pod: PodView, vpa: VPA) -> tuple[bool, float]:

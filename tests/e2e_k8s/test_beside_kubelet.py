@@ -310,11 +310,18 @@ def _vpa_status(cpu: str, lower: str, upper: str) -> str:
          "upperBound": {"cpu": upper, "memory": "64Mi"}}]}}})
 
 
+def _container_dir(pod: dict[str, Any], controller: str) -> Path | None:
+    """The app container's cgroup (by its ID in the pod status; the sandbox has a directory there too)."""
+    name = pod["metadata"]["name"]
+    statuses = json.loads(kubectl("get", "pod", name, "-o", "json"))["status"].get("containerStatuses") or []
+    cid = (statuses[0].get("containerID") or "").partition("://")[2] if statuses else ""
+    d = Path(f"/sys/fs/cgroup/{controller}/realk8s/kubepods/burstable/pod{pod['metadata']['uid']}") / cid
+    return d if cid and d.is_dir() else None
+
+
 def _container_quota(pod: dict[str, Any]) -> Path | None:
-    for d in _pod_dir(pod).iterdir():
-        if d.is_dir() and (d / "cpu.cfs_quota_us").exists():
-            return d / "cpu.cfs_quota_us"
-    return None
+    d = _container_dir(pod, "cpu")
+    return d / "cpu.cfs_quota_us" if d is not None else None
 
 
 def test_vpa_in_place_through_the_kubelet_with_the_panic_button(agent: Agent) -> None:
@@ -361,3 +368,51 @@ def test_vpa_in_place_through_the_kubelet_with_the_panic_button(agent: Agent) ->
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
         data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
         Path(out).write_text(json.dumps({**data, "vpa_to_cgroup_ms": vpa_ms}, indent=2) + "\n")
+
+
+def _memory_limit(pod: dict[str, Any]) -> Path | None:
+    d = _container_dir(pod, "memory")
+    return d / "memory.limit_in_bytes" if d is not None else None
+
+
+def test_vpa_never_shrinks_memory_below_what_the_container_holds(agent: Agent) -> None:
+    """The container really holds 150 MiB (tail keeping what head wrote); the recommendation would take
+    its limit from 400Mi to 100Mi. The pods/resize the agent sends stops at the working set + 10 %."""
+    hold = "(head -c 150m /dev/zero; sleep 1000000) | tail & sleep 1000000"
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "holder", "namespace": "default"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "holder"}}, "template": {
+            "metadata": {"labels": {"app": "holder"}},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "app", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", hold],
+                "resources": {"requests": {"cpu": "100m", "memory": "200Mi"}, "limits": {"cpu": "200m", "memory": "400Mi"}}}]}}},
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(deployment))
+    name = wait_for("the holder's pod", lambda: kubectl("get", "pods", "-l", "app=holder", "-o", "jsonpath={.items[0].metadata.name}"), 60)
+    pod = _running(name)
+    limit = wait_for("the container cgroup", lambda: _memory_limit(pod), 30)
+    usage = limit.with_name("memory.usage_in_bytes")
+    wait_for("150 MiB held", lambda: int(read(usage)) > 150 << 20, 30)
+    vpa = {
+        "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
+        "metadata": {"name": "holder", "namespace": "default", "annotations": {"kube-cgroup-agent.io/vpa-actuator": "node"}},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "holder"}, "updatePolicy": {"updateMode": "InPlace"}},
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(vpa))
+    status = {"status": {"recommendation": {"containerRecommendations": [
+        {"containerName": "app", "target": {"cpu": "100m", "memory": "50Mi"}, "lowerBound": {"cpu": "50m", "memory": "20Mi"},
+         "upperBound": {"cpu": "200m", "memory": "100Mi"}}]}}}
+    kubectl("patch", "vpa", "holder", "--subresource", "status", "--type", "merge", "-p", json.dumps(status))
+
+    def resized() -> int | None:
+        spec = json.loads(kubectl("get", "pod", name, "-o", "json"))["spec"]["containers"][0]["resources"]
+        lim = spec["limits"]["memory"]
+        return int(lim) if lim.isdigit() and int(lim) != 400 << 20 else None
+
+    new_limit = wait_for("the pods/resize with the held limit", resized, 60)
+    held = [e for e in agent.lines() if e.get("event") == "vpa.decision" and e.get("pod") == f"default/{name}" and e.get("held")]
+    assert held, "the decision names the held limit"
+    assert new_limit > 150 << 20 and new_limit < 400 << 20  # above what it holds, below where it was
+    wait_for("the kubelet's write", lambda: int(read(limit)) == new_limit - new_limit % 4096 or int(read(limit)) == new_limit, 60)
+    assert int(read(usage)) <= int(read(limit))
+    assert json.loads(kubectl("get", "pod", name, "-o", "json"))["status"]["containerStatuses"][0]["restartCount"] == 0

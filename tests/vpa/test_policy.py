@@ -205,24 +205,26 @@ def test_a_bad_vpa_is_one_clear_error(spec: dict[str, Any], message: str) -> Non
 
 
 @pytest.mark.parametrize(
-    ("target_limit", "usage", "want", "held"),
+    ("target_limit", "usage", "want", "want_request", "held"),
     [
-        # 200Mi -> 100Mi with a 150Mi working set: held at ceil(150Mi × 1.1) = 173015040
-        (100 * MI, 150 * MI, 173015040, True),
-        (100 * MI, 50 * MI, 100 * MI, False),  # 55Mi is below the target: the decrease goes through
-        (100 * MI, None, 200 * MI, True),  # no working set read yet: a decrease waits
-        (300 * MI, 500 * MI, 300 * MI, False),  # an increase is never held
-        (100 * MI, 300 * MI, 200 * MI, True),  # usage above the current limit: held where it is, not raised
+        # 200Mi -> 100Mi with a 150Mi working set: held at ceil(150Mi × 1.1) = 173015040; the request in
+        # the pod's own ratio 100Mi/200Mi: 173015040 × 1/2 = 86507520 (the target 50Mi would break it)
+        (100 * MI, 150 * MI, 173015040, 86507520, True),
+        (100 * MI, 50 * MI, 100 * MI, 50 * MI, False),  # 55Mi is below the target: the decrease goes through
+        (100 * MI, None, 200 * MI, 100 * MI, True),  # no working set read yet: a decrease waits
+        (300 * MI, 500 * MI, 300 * MI, 150 * MI, False),  # an increase is never held
+        (100 * MI, 300 * MI, 200 * MI, 100 * MI, True),  # usage above the limit: held where it is, not raised
     ],
 )
-def test_a_memory_limit_never_goes_below_the_working_set(target_limit: int, usage: int | None, want: int, held: bool) -> None:
+def test_a_memory_limit_never_goes_below_the_working_set(
+    target_limit: int, usage: int | None, want: int, want_request: int, held: bool
+) -> None:
     from agent.vpa.policy import ContainerTarget, hold_memory_at_usage
 
-    c = view(pod("p", [BURSTABLE])).containers[0]  # memory limit 200Mi
+    c = view(pod("p", [BURSTABLE])).containers[0]  # memory request 100Mi, limit 200Mi
     t = ContainerTarget("app", Resources(100, target_limit // 2), Resources(200, target_limit))
     got, why = hold_memory_at_usage(t, c, usage, 0.1)
-    assert got.limits.memory == want and (why is not None) is held
-    assert got.requests == t.requests  # the request may go down: a reservation, not a ceiling
+    assert got.limits.memory == want and got.requests.memory == want_request and (why is not None) is held
 
 
 def test_decide_holds_the_memory_limit_and_says_why() -> None:
@@ -230,6 +232,6 @@ def test_decide_holds_the_memory_limit_and_says_why() -> None:
         Recommendation("app", Resources(100, 50 * MI), Resources(50, 20 * MI), Resources(200, 80 * MI)),))
     got = decide(P, v, 13 * H, False, Options(), usage={"app": 150 * MI})
     # 100Mi request is above the 80Mi upper bound: act; the limit would be 50Mi × 2 = 100Mi but the
-    # container holds 150Mi: the limit stays at ceil(165Mi)
-    assert got.apply and got.targets[0].requests.memory == 50 * MI and got.targets[0].limits.memory == 173015040
+    # container holds 150Mi: the limit stays at ceil(165Mi), the request at half of it (the pod's ratio)
+    assert got.apply and got.targets[0].requests.memory == 86507520 and got.targets[0].limits.memory == 173015040
     assert got.held and "working set" in got.held[0]
