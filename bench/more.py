@@ -21,9 +21,10 @@ Figure = Callable[[int], dict[str, Any]]
 
 
 def figures() -> dict[str, Figure]:
-    from bench import containerd, daemon, incremental, recommender, tiers, writes
+    from bench import containerd, daemon, incremental, recommender, tiers, vpa, writes
 
     return {
+        "vpa": vpa.run,
         "recommender": recommender.run,
         "incremental": incremental.run,
         "writes": writes.run,
@@ -33,7 +34,7 @@ def figures() -> dict[str, Figure]:
     }
 
 
-NUMBERS = {"diff_process": 1, "incremental": 2, "writes": 3, "containerd": 4, "daemon": 5, "tiers": 6, "recommender": 7}
+NUMBERS = {"diff_process": 1, "incremental": 2, "writes": 3, "containerd": 4, "daemon": 5, "tiers": 6, "recommender": 7, "vpa": 9}
 
 
 def _ms(seconds: float) -> str:
@@ -521,6 +522,12 @@ def _e2e_k8s(d: dict[str, Any]) -> list[str]:
     ]
 
 
+def _vpa(d: dict[str, Any]) -> list[str]:
+    from bench import vpa
+
+    return vpa.markdown(d, _ms, _meta(d))
+
+
 def markdown(results: Path) -> list[str]:
     lines: list[str] = []
     for name, render in (
@@ -531,6 +538,7 @@ def markdown(results: Path) -> list[str]:
         ("tiers", _tiers),
         ("recommender", _recommender),
         ("e2e_k8s", _e2e_k8s),
+        ("vpa", _vpa),
     ):
         data = _load(results, name)
         if data is not None:

@@ -28,7 +28,7 @@ from agent.vpa.config import PANIC_LABEL
 from agent.vpa.model import VPA, VPAParseError
 from agent.vpa.parse import parse_vpa
 from agent.vpa.policy import ContainerTarget
-from agent.vpa.source import VPASource
+from agent.vpa.source import VPASource, owner_chain
 
 log = get_logger("agent.daemon.vpa")
 
@@ -37,7 +37,8 @@ VERSION: Final = "v1"
 PLURAL: Final = "verticalpodautoscalers"
 CRD_RETRY_S: Final = 300.0
 IN_PLACE_ANNOTATION: Final = "vpaInPlaceUpdated"
-USAGE_S: Final = 2.0  # how often the working sets of VPA-controlled containers are read
+USAGE_S: Final = 2.0  # how often the working sets of containers holding a memory decrease are read
+USAGE_STEP: Final = 0.05  # a held pod is decided again when a working set moved by more than this
 
 
 class _Objects:
@@ -110,8 +111,23 @@ class VPAComponent:
                 if (err.context.get("vpa", ""), err.message) not in self._reported:
                     self._reported.add((str(err.context.get("vpa", "")), err.message))
                     log.warning("vpa.invalid", message=str(err))
+        before = {v.key: v for v in self.source.vpas}
+        after = {v.key: v for v in parsed}
         self.source.vpas = tuple(parsed)
-        self.ctx.refresh(None)
+        if not before:
+            self.ctx.refresh(None)
+            return
+        changed = [v for k in before.keys() | after.keys() for v in (before.get(k), after.get(k)) if v is not None and before.get(k) != after.get(k)]
+        targets = {(v.namespace, v.target_kind, v.target_name) for v in changed}
+        if targets:  # only the pods whose owner chain reaches a changed VPA's target: O(changed), not O(node)
+            owners = self.source.owners
+            uids = [
+                p.uid
+                for p in self.ctx.pods()
+                if any((p.namespace, *link) in targets for link in owner_chain(p.namespace, p.owner, owners))
+            ]
+            if uids:
+                self.ctx.refresh(uids)
 
     def _owners_changed(self) -> None:
         owners: dict[tuple[str, str, str], tuple[str, str]] = {}
@@ -200,18 +216,23 @@ class VPAComponent:
             return
 
     def _usage_loop(self, stop: threading.Event) -> None:
-        """Every USAGE_S, the working set of each container a VPA controls (the kernel's, which the VPA
-        updater cannot see): a memory limit is never lowered below it, and a held one is lowered once it
-        allows (the pods holding one are derived again)."""
+        """Every USAGE_S, the working set of the containers whose VPA decision holds a memory decrease
+        (the kernel's, which the VPA updater cannot see); a pod is derived again when its working set
+        moved by more than USAGE_STEP since its last decision, so the rest of the decrease follows once
+        usage allows. Pods with nothing held cost nothing here."""
         from agent.recommender.counters import parse_v1, parse_v2, working_set
         from agent.recommender.sampler import reader_for, targets
 
         env = self.ctx.env
-        reader = reader_for(self.ctx.settings.cgroupfs, env.settings.cgroup_root_name, env.settings.cgroup_driver, env.hierarchy)
+        root, driver = env.settings.cgroup_root_name, env.settings.cgroup_driver
+        reader = reader_for(self.ctx.settings.cgroupfs, root, driver, env.hierarchy)
         while not stop.wait(USAGE_S):
+            held = set(self.source.held_pods())
+            if not held:
+                continue
             try:
-                pods = [p for p in self.ctx.pods() if self.source.controlled(p.namespace, p.owner)]
-                wanted = targets(pods, env.settings.cgroup_root_name, env.settings.cgroup_driver, env.hierarchy)
+                pods = [p for p in self.ctx.pods() if p.key in held]
+                wanted = targets(pods, root, driver, env.hierarchy)
                 texts, _ = reader.read_many([path for t in wanted for _, path in t.files])
             except Exception as err:
                 log.warning("vpa.usage_error", error=str(err))
@@ -222,10 +243,11 @@ class VPAComponent:
                 ws = working_set(parse_v2(files) if t.v2 else parse_v1(files))
                 if ws is not None:
                     usage.setdefault(t.pod, {})[t.container] = ws
-            self.source.usage = usage
-            held = set(self.source.held_pods())
-            if held:
-                self.ctx.refresh([p.uid for p in pods if p.key in held])
+            current = self.source.usage or {}
+            moved = [k for k, u in usage.items() if _moved(current.get(k), u)]
+            self.source.usage = {**current, **usage}
+            if moved:
+                self.ctx.refresh([p.uid for p in pods if p.key in moved])
 
     def _actuate_loop(self, stop: threading.Event) -> None:
         """The kubelet's node: send each decision as the VPA updater does (pods/resize, then the annotation)."""
@@ -276,6 +298,16 @@ class VPAComponent:
         self._annotate(ns, name)
         log.info("vpa.resized", pod=f"{ns}/{name}", vpa=vpa, via="pods/resize", ms=round((time.monotonic() - started) * 1000, 1),
                  containers=json.dumps(body["spec"]["containers"]))
+
+
+def _moved(before: Mapping[str, int] | None, now: Mapping[str, int]) -> bool:
+    if before is None:
+        return True
+    for name, ws in now.items():
+        old = before.get(name)
+        if old is None or abs(ws - old) > USAGE_STEP * max(old, 1):
+            return True
+    return False
 
 
 def _container_patch(t: ContainerTarget) -> dict[str, Any]:

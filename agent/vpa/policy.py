@@ -200,18 +200,14 @@ def decide(
     if not vpa.recommendations:
         return Verdict(False, "the VPA has no recommendation yet")
     targets = []
-    held: list[str] = []
+    by_name = {c.name: c for c in pod.containers}
     for c in pod.containers:
         rec = vpa.recommendation_for(c.name)
         t = container_target(c, rec, vpa.policy_for(c.name)) if rec is not None else None
-        if t is not None and usage is not None:
-            t, why = hold_memory_at_usage(t, c, usage.get(c.name), opts.usage_margin)
-            if why:
-                held.append(why)
         if t is not None and (t.requests, t.limits) != (c.requests, c.limits):
             targets.append(t)
     if not targets:
-        return Verdict(False, "the recommendation is what the pod has", held=tuple(held))
+        return Verdict(False, "the recommendation is what the pod has")
     outside, diff = _priority(pod, vpa)
     if not outside and not quick_oom:
         if age_s is None or age_s < opts.pod_lifetime_s:
@@ -221,7 +217,21 @@ def decide(
     if _changes_qos(pod, targets):
         return Verdict(False, "the recommendation would change the pod's QoS class")
     why_now = "quick OOM" if quick_oom else ("a request outside the recommended range" if outside else f"a {diff:.0%} change")
-    return Verdict(True, why_now, tuple(targets), tuple(held))
+    if usage is None:
+        return Verdict(True, why_now, tuple(targets))
+    # the updater would act: now a memory decrease stops at what the container uses (the node knows it)
+    held: list[str] = []
+    kept = []
+    for t in targets:
+        c = by_name[t.container]
+        t, note = hold_memory_at_usage(t, c, usage.get(c.name), opts.usage_margin)
+        if note:
+            held.append(note)
+        if (t.requests, t.limits) != (c.requests, c.limits):
+            kept.append(t)
+    if not kept:
+        return Verdict(False, "a memory decrease waits for the working set to allow it", held=tuple(held))
+    return Verdict(True, why_now, tuple(kept), tuple(held))
 
 
 def _changes_qos(pod: PodView, targets: Sequence[ContainerTarget]) -> bool:
