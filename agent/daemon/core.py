@@ -78,6 +78,9 @@ class Daemon:
         self._cache: dict[str, _Entry] = {}
         self._invalid: dict[str, str] = {}  # uid -> the parse error last reported
         self._lock = threading.Lock()
+        # per work item, the warnings its last pass reported: a warning is logged when it appears (or comes
+        # back), not on every pass it persists (a node without hugetlb says so once, not every second)
+        self._warned: dict[str, frozenset[str]] = {}
         self._synced = threading.Event()
         self._tiers_done = threading.Event()
         self._shortfalls: dict[str, int] = {}  # tier memory path -> the limit it could not reach (logged)
@@ -205,6 +208,7 @@ class Daemon:
         if entry is None or entry.view is None or entry.view.phase in TERMINAL_PHASES:
             if entry is None:
                 self.reconciler.forget_pod(PodUID(key))
+                self._warned.pop(key, None)
                 log.debug("reconcile", scope="pod", pod_uid=key, outcome=Outcome.FORGOTTEN.value)
             return
         pod = entry.view
@@ -265,11 +269,17 @@ class Daemon:
             fields["changed"] = list(report.changed)
         if report.errors:
             fields["errors"] = [f"{cls}: {msg}" for cls, msg in report.errors]
-        if report.warnings:
-            fields["warnings"] = list(report.warnings)
+        current = frozenset(report.warnings)
+        new = [w for w in report.warnings if w not in self._warned.get(key, frozenset())]
+        if current:
+            self._warned[key] = current
+        else:
+            self._warned.pop(key, None)
+        if new:
+            fields["warnings"] = new
         if report.statuses:
             fields["resize"] = {st.pod: st.state.value for st in report.statuses}
-        quiet = report.outcome in (Outcome.CONVERGED, Outcome.WAITING) and not report.warnings
+        quiet = report.outcome in (Outcome.CONVERGED, Outcome.WAITING) and not new
         (log.debug if quiet else log.info)("reconcile", **fields)
         for event in report.events:
             target = self._ref(event.uid) if event.uid else ref

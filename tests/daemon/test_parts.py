@@ -179,3 +179,27 @@ def test_the_condition_patch_touches_only_the_agents_condition() -> None:
     assert list(body["status"]) == ["conditions"]
     [cond] = body["status"]["conditions"]
     assert cond["type"] == CONDITION_TYPE and cond["status"] == "True"
+
+
+# ---- log lines
+
+
+def test_a_warning_is_logged_when_it_appears_not_on_every_pass_it_persists() -> None:
+    """A node without hugetlb in one hierarchy says so once, not in every pass's log line; a warning that
+    goes away and comes back is logged again."""
+    from typing import Any, cast
+
+    from structlog.testing import capture_logs
+
+    from agent.daemon.core import Daemon
+    from agent.daemon.reconciler import Outcome, Report
+    from agent.metrics import Metrics
+
+    daemon = Daemon(cast(Any, None), cast(Any, None), cast(Any, None), Metrics(), node=None, resync_period_s=60.0)
+    passes = [("w1",), ("w1",), ("w1", "w2"), (), ("w1",)]
+    with capture_logs() as logs:
+        for warnings in passes:
+            daemon._finish("tiers", None, Report("tiers", Outcome.CONVERGED, warnings=warnings), 0.0)
+    lines = [e for e in logs if e["event"] == "reconcile"]
+    assert [e.get("warnings") for e in lines] == [["w1"], None, ["w2"], None, ["w1"]]
+    assert [e["log_level"] for e in lines] == ["info", "debug", "info", "debug", "info"]
