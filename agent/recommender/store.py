@@ -5,9 +5,9 @@ warning — never a crash, never a half-read history."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from agent.atomicfile import write_atomic
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.state import RecommenderState
 
@@ -16,21 +16,7 @@ def save(path: Path, state: RecommenderState) -> int:
     """Write the state; returns the bytes written."""
     data = json.dumps(state.to_dict(), separators=(",", ":")).encode()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    tmp.replace(path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    write_atomic(path, data)
     return len(data)
 
 

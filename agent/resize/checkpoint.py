@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
+from agent.atomicfile import write_atomic
 from agent.errors import AgentError
 from agent.model import ModelError, validate_pod_uid
 from agent.resize.allocation import allocation_from_json, allocation_to_json
@@ -53,40 +53,6 @@ def _record_json(r: PodRecord) -> dict[str, Any]:
         "restarted": dict(r.restarted),
         "arrival": r.arrival,  # set while a resize is queued or being actuated
     }
-
-
-class Encoder:
-    """`encode` with each record's JSON kept between calls. Why: records are immutable, and a pass
-    changes a few of them, so re-encoding the node's every record per save made a save O(node) in JSON
-    work; here it is O(changed) plus joining strings and one SHA-256. Byte-identical to `encode`."""
-
-    def __init__(self) -> None:
-        # uid -> (record, its canonical `"uid":{...}` member, its indented `"uid": {...}` member)
-        self._parts: dict[str, tuple[PodRecord, str, str]] = {}
-
-    def encode(self, records: Iterable[PodRecord]) -> bytes:
-        parts: dict[str, tuple[PodRecord, str, str]] = {}
-        for r in records:
-            hit = self._parts.get(r.uid)
-            if hit is None or hit[0] is not r:
-                body = _record_json(r)
-                key = json.dumps(r.uid)
-                pretty = json.dumps(body, indent=1, sort_keys=True).replace("\n", "\n   ")
-                hit = (
-                    r,
-                    f"{key}:{json.dumps(body, sort_keys=True, separators=(',', ':'))}",
-                    f"{key}: {pretty}",
-                )
-            parts[r.uid] = hit
-        self._parts = parts
-        uids = sorted(parts)
-        canonical = '{"pods":{' + ",".join([parts[u][1] for u in uids]) + "}}"
-        digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
-        pods = "{\n   " + ",\n   ".join([parts[u][2] for u in uids]) + "\n  }" if uids else "{}"
-        return (
-            f'{{\n "checksum": {json.dumps(digest)},\n "data": {{\n  "pods": {pods}\n }},\n'
-            f' "kind": {json.dumps(KIND)},\n "version": {json.dumps(VERSION)}\n}}\n'
-        ).encode()
 
 
 def encode(records: Iterable[PodRecord]) -> bytes:
@@ -139,7 +105,6 @@ class CheckpointStore:
     def __init__(self, state_dir: Path, name: str = CHECKPOINT_NAME) -> None:
         self.dir = Path(state_dir)
         self.path = self.dir / name
-        self.saves = 0
 
     def load(self) -> list[PodRecord] | None:
         """The checkpointed records; None when there is no checkpoint; CheckpointCorrupt when bad."""
@@ -160,26 +125,10 @@ class CheckpointStore:
             return None
         return target
 
-    def save(self, records: Iterable[PodRecord], encoded: bytes | None = None) -> None:
-        """`encoded`: the records already encoded by the caller (an `Encoder`), so not encoded twice."""
-        data = encode(records) if encoded is None else encoded
+    def save(self, records: Iterable[PodRecord]) -> None:
+        """The single-file format of earlier releases (what a node being upgraded still has)."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = self.dir / f".{self.path.name}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            tmp.replace(self.path)
-            dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            write_atomic(self.path, encode(records))
         except OSError as err:
             raise CheckpointError(self.path, f"cannot write: {err.strerror or err}") from err
-        self.saves += 1

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from agent.atomicfile import fsync_dir, write_atomic
 from agent.model import ModelError, validate_pod_uid
 from agent.resize.allocation import allocation_from_json, allocation_to_json
 from agent.resize.checkpoint import CHECKPOINT_NAME, CheckpointCorrupt, CheckpointError, CheckpointStore
@@ -174,23 +174,13 @@ class PodStore:
             for uid in gone:
                 (self.path / f"{uid}{SUFFIX}").unlink(missing_ok=True)
                 del self._saved[uid]
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
         except OSError as err:
             raise CheckpointError(self.path, f"cannot write: {err.strerror or err}") from err
 
     def _write(self, r: PodRecord) -> None:
         validate_pod_uid(r.uid)  # a UID becomes a file name: never a path
-        final = self.path / f"{r.uid}{SUFFIX}"
-        tmp = self.path / f".{r.uid}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            view = memoryview(encode_record(r))
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        tmp.replace(final)
+        write_atomic(self.path / f"{r.uid}{SUFFIX}", encode_record(r), sync_dir=False)  # one dir fsync per batch
         self.writes += 1
 
 
@@ -232,25 +222,8 @@ class NodeRecords:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                view = memoryview(raw)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            tmp.replace(self.path)
-            _fsync_dir(self.path.parent)
+            write_atomic(self.path, raw)
         except OSError as err:
             raise CheckpointError(self.path, f"cannot write: {err.strerror or err}") from err
         self._last = raw
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

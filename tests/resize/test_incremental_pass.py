@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.resize.checkpoint import Encoder, encode
 from agent.resize.types import ResizeState
 from tests.resize.harness import ResizeNode, ctr, manifest
 
@@ -42,20 +41,3 @@ def test_an_event_pass_leaves_the_same_kernel_state_as_a_full_pass(node: ResizeN
         assert full.writes == 0, full.plan().steps  # nothing left for the node-wide pass
         assert _tree(node) == after_event
     assert node.violations == []
-
-
-def test_the_cached_encoder_writes_what_encode_writes(node: ResizeNode) -> None:
-    for name in ("a", "b", "c"):
-        node.add_pod(manifest(name, [ctr("app", lim={"cpu": "500m", "memory": "256Mi"})]))
-    eng = node.engine()
-    eng.start(node.views())
-    enc = Encoder()
-    assert enc.encode([]) == encode([])
-    records = list(eng._state.records.values())
-    assert enc.encode(records) == encode(records)
-    node.resize("b", {"app": {"limits": {"cpu": "1", "memory": "256Mi"}}})
-    eng.observe(node.views())
-    eng.reconcile()
-    records = list(eng._state.records.values())
-    assert enc.encode(records) == encode(records)
-    assert enc.encode(records[:1]) == encode(records[:1])
