@@ -46,18 +46,21 @@ class DriftTracker:
         self.backoff_s = backoff_s
         self.cap_s = cap_s
         self._records: dict[str, _Record] = {}
+        self._contested: set[str] = set()  # paths whose record counts reverts or is yielded
 
     def decide(self, path: str, desired: str, now: float) -> Decision:
         """For a file whose current value differs from `desired`."""
         rec = self._records.get(path)
         if rec is None or rec.desired != desired:
             self._records[path] = _Record(desired)
+            self._contested.discard(path)
             return Decision(Action.APPLY)
         if rec.written_at is None:
             return Decision(Action.APPLY)  # never written successfully: not drift, a retry
         if not rec.counted:
             rec.reverts += 1
             rec.counted = True
+            self._contested.add(path)
         if rec.yielded:
             return Decision(Action.YIELDED, rec.reverts, drift=True)
         if rec.reverts > self.max_reverts:
@@ -72,6 +75,7 @@ class DriftTracker:
         rec = self._records.get(path)
         if rec is None or rec.desired != value:
             rec = self._records[path] = _Record(value)
+            self._contested.discard(path)
         rec.written_at = now
         rec.counted = False
 
@@ -81,15 +85,18 @@ class DriftTracker:
         if rec is not None and rec.yielded:
             rec.yielded = False
             rec.reverts = 0
+            self._contested.discard(path)
 
     def forget(self, paths: Iterable[str]) -> None:
         for p in paths:
             self._records.pop(p, None)
+            self._contested.discard(p)
 
     def forget_under(self, directory_part: str) -> None:
         """Drop every record whose path holds `directory_part` (a departed pod's `pod<uid>`)."""
         for p in [p for p in self._records if f"/{directory_part}" in p]:
             del self._records[p]
+            self._contested.discard(p)
 
     @property
     def yielded(self) -> tuple[str, ...]:
@@ -98,8 +105,9 @@ class DriftTracker:
     def contested(self) -> dict[str, dict[str, Any]]:
         """The records worth keeping across a restart: values someone else changed back (reverts
         counted, or yielded). A record of a plain write is not: after a restart the next write simply
-        records it again. Few, so saving them costs nothing per pass."""
-        return {p: asdict(r) for p, r in self._records.items() if r.reverts or r.yielded}
+        records it again. Kept as a set as they change, so a pass pays O(contested), not O(every path
+        ever written)."""
+        return {p: asdict(self._records[p]) for p in sorted(self._contested)}
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """For the checkpoint. `written_at` is a monotonic time, meaningless after a restart: the
@@ -116,6 +124,8 @@ class DriftTracker:
                     counted=bool(raw.get("counted", False)),
                     yielded=bool(raw.get("yielded", False)),
                 )
+                if self._records[str(path)].reverts or self._records[str(path)].yielded:
+                    self._contested.add(str(path))
             except (KeyError, TypeError, ValueError):
                 continue  # one bad record does not lose the others
 

@@ -203,3 +203,31 @@ def test_a_warning_is_logged_when_it_appears_not_on_every_pass_it_persists() -> 
     lines = [e for e in logs if e["event"] == "reconcile"]
     assert [e.get("warnings") for e in lines] == [["w1"], None, ["w2"], None, ["w1"]]
     assert [e["log_level"] for e in lines] == ["info", "debug", "info", "debug", "info"]
+
+
+def test_the_contested_records_are_exactly_those_with_reverts_or_yielded() -> None:
+    """`contested` is kept as records change; it must always equal the filter over every record."""
+    import random
+
+    rng = random.Random(7)
+    d = DriftTracker(max_reverts=2)
+    paths = [f"cpu/p{i}/cpu.shares" for i in range(6)]
+    for step in range(2000):
+        p = rng.choice(paths)
+        op = rng.choices(range(6), weights=(10, 10, 2, 1, 1, 1))[0]
+        value = "2" if rng.random() < 0.05 else "1"  # mostly one desired value: reverts accumulate
+        if op == 0:
+            d.decide(p, value, float(step))
+        elif op == 1:
+            d.wrote(p, value, float(step))
+        elif op == 2:
+            d.converged(p)
+        elif op == 3:
+            d.forget([p])
+        elif op == 4:
+            d.forget_under("p3")
+        else:
+            d.restore(json.loads(json.dumps(d.snapshot())))
+        want = {q: r for q, r in d.snapshot().items() if r["reverts"] or r["yielded"]}
+        assert d.contested() == want, step
+    assert d.contested()  # the walk did reach contested records
