@@ -27,7 +27,7 @@ from agent.logging import get_logger
 from agent.vpa.config import PANIC_LABEL
 from agent.vpa.model import VPA, VPAParseError
 from agent.vpa.parse import parse_vpa
-from agent.vpa.policy import ContainerTarget
+from agent.vpa.policy import ContainerTarget, api_resources
 from agent.vpa.source import VPASource, owner_chain
 
 log = get_logger("agent.daemon.vpa")
@@ -282,7 +282,7 @@ class VPAComponent:
                 log.warning("vpa.annotation_failed", pod=f"{ns}/{name}", error=str(api_err))
 
     def _resize(self, uid: str, ns: str, name: str, vpa: str, targets: tuple[ContainerTarget, ...]) -> None:
-        body = {"spec": {"containers": [_container_patch(t) for t in targets]}}
+        body = {"spec": {"containers": [{"name": t.container, "resources": api_resources(t)} for t in targets]}}
         started = time.monotonic()
         try:
             self.core.patch_namespaced_pod_resize(
@@ -308,19 +308,6 @@ def _moved(before: Mapping[str, int] | None, now: Mapping[str, int]) -> bool:
         if old is None or abs(ws - old) > USAGE_STEP * max(old, 1):
             return True
     return False
-
-
-def _container_patch(t: ContainerTarget) -> dict[str, Any]:
-    res: dict[str, dict[str, str]] = {}
-    for kind, r in (("requests", t.requests), ("limits", t.limits)):
-        values = {}
-        if r.cpu_milli is not None:
-            values["cpu"] = f"{r.cpu_milli}m"
-        if r.memory is not None:
-            values["memory"] = str(r.memory)
-        if values:
-            res[kind] = values
-    return {"name": t.container, "resources": res}
 
 
 def vpa_component(ctx: DaemonContext) -> Component | None:

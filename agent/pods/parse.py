@@ -167,7 +167,7 @@ def _statuses(raw: object, key: str) -> tuple[ContainerStatusView, ...]:
     return tuple(out)
 
 
-def _controller_owner(meta: Mapping[str, Any]) -> tuple[str, str] | None:
+def controller_owner(meta: Mapping[str, Any]) -> tuple[str, str] | None:
     refs = meta.get("ownerReferences")
     if not isinstance(refs, list):
         return None
@@ -318,7 +318,7 @@ def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCE
         pod_level_source=source,
         status_qos=status_qos,
         provenance={field_label(path): src for path, src in merged.provenance.items()},
-        owner=_controller_owner(meta),
+        owner=controller_owner(meta),
         labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()} if isinstance(meta.get("labels"), Mapping) else {},
     )
     return _default_pod_level(pod)

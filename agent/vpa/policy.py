@@ -114,6 +114,21 @@ def container_target(c: ContainerView, rec: Recommendation, policy: ContainerPol
     return ContainerTarget(c.name, requests, limits)
 
 
+def api_resources(t: ContainerTarget) -> dict[str, dict[str, str]]:
+    """The target as the API writes a container's resources (millicores, bytes): what a proposal carries
+    and what a pods/resize patch sends."""
+    out: dict[str, dict[str, str]] = {}
+    for kind, r in (("requests", t.requests), ("limits", t.limits)):
+        values = {}
+        if r.cpu_milli is not None:
+            values["cpu"] = f"{r.cpu_milli}m"
+        if r.memory is not None:
+            values["memory"] = str(r.memory)
+        if values:
+            out[kind] = values
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What to do with one pod: `targets` to apply when `apply`, and why (shown by `explain`). `held`

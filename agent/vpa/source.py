@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from agent.pods.parse import parse_pod
+from agent.pods.parse import controller_owner, parse_pod, pod_key
 from agent.sources.base import ContainerResources, Proposal
 from agent.vpa.model import VPA
-from agent.vpa.policy import ContainerTarget, Options, Verdict, decide
+from agent.vpa.policy import ContainerTarget, Options, Verdict, api_resources, decide
 
 NAME: Final = "vpa"
 PRECEDENCE: Final = 50
@@ -82,17 +82,19 @@ class VPASource:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def propose(self, raw: Mapping[str, Any]) -> Proposal | None:
-        pod = parse_pod(raw, sources=())  # the spec alone: what the pod has now
-        chain = owner_chain(pod.namespace, pod.owner, self.owners)
-        res = resolve(pod.namespace, chain, self.vpas)
+        meta = raw.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        namespace, key = meta.get("namespace") or "default", pod_key(raw)
+        res = resolve(namespace, owner_chain(namespace, controller_owner(meta), self.owners), self.vpas)
         with self._lock:
             if res.conflict:
-                self.conflicts[pod.key] = res.conflict
+                self.conflicts[key] = res.conflict
             else:
-                self.conflicts.pop(pod.key, None)
-            kept = self.applied.get(pod.uid)
-            if res.vpa is None:
+                self.conflicts.pop(key, None)
+            kept = self.applied.get(str(meta.get("uid")))
+            if res.vpa is None:  # most pods: decided from the metadata alone, the pod is not parsed again
                 return self._proposal(kept, "") if kept else None
+            pod = parse_pod(raw, sources=())  # the spec alone: what the pod has now
             if not self.enabled:
                 self._verdict(pod.key, res.vpa.key, Verdict(False, "VPA changes are off on this node (panic button)"))
                 return self._proposal(kept, "kept from before the panic button") if kept else None
@@ -138,16 +140,7 @@ class VPASource:
         vpa, targets = kept
         containers: dict[tuple[Any, str], ContainerResources] = {}
         for t in targets:
-            wanted: dict[str, dict[str, str]] = {}
-            for kind, r in (("requests", t.requests), ("limits", t.limits)):
-                values = {}
-                if r.cpu_milli is not None:
-                    values["cpu"] = f"{r.cpu_milli}m"
-                if r.memory is not None:
-                    values["memory"] = str(r.memory)
-                if values:
-                    wanted[kind] = values
-            containers[("containers", t.container)] = wanted  # type: ignore[assignment]
+            containers[("containers", t.container)] = api_resources(t)  # type: ignore[assignment]
         return Proposal(self.name, containers, note=f"VPA {vpa}" + (f": {why}" if why else ""))
 
 
