@@ -39,9 +39,9 @@ def thing_of_desired(d: DesiredFile, pod_level_limits: bool) -> Thing:
     return Thing.POD_LEVEL_LIMITS if pod_level_limits and name in _LIMIT_FILES else Thing.POD_CGROUPS
 
 
-def _pods_with_pod_level_limits(node: NodeDiff) -> frozenset[str]:
+def _pods_with_pod_level_limits(comp: NodeComputation) -> frozenset[str]:
     """The pods (keys) whose pod cgroup limits come from pod-level resources, not from their containers."""
-    return frozenset(p.pod.key for p in node.computation.pods if p.pod.pod_limits is not None)
+    return frozenset(p.pod.key for p in comp.pods if p.pod.pod_limits is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +83,7 @@ class Gate:
         on every pass, a pod's own resize included."""
         files: list[FileDiff] = []
         notes: list[DriftNote] = []
-        pod_level = _pods_with_pod_level_limits(node)
+        pod_level = _pods_with_pod_level_limits(node.computation)
         with self._lock:
             for f in node.files:
                 if f.differs and self._not_mine(f, pod_level, notes):
@@ -98,7 +98,7 @@ class Gate:
         pod's and container's files."""
         if all(self.ownership.owner(t) is not Owner.KUBELET for t in Thing):
             return list(wanted)
-        pod_level = frozenset(p.pod.key for p in comp.pods if p.pod.pod_limits is not None)
+        pod_level = _pods_with_pod_level_limits(comp)
         owner = self.ownership.owner
         return [d for d in wanted if owner(thing_of_desired(d, d.pod in pod_level)) is not Owner.KUBELET]
 
@@ -122,7 +122,7 @@ class Gate:
         warnings: list[str] = []
         hold: float | None = None
         systemd = self.systemd
-        pod_level = _pods_with_pod_level_limits(node)
+        pod_level = _pods_with_pod_level_limits(node.computation)
         with self._lock:
             for f in node.files:
                 path = f.setting.path

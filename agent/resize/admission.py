@@ -11,9 +11,8 @@ or asking for more than the node's allocatable alone. Everything else that does 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from agent.compute.aggregate import pod_requests
 from agent.compute.qos import compute_qos
@@ -45,6 +44,11 @@ class Admission:
 
 
 ACCEPTED = Admission(Verdict.ACCEPTED)
+
+Admit = Callable[
+    [PodView, PodAllocation, PodAllocation, Iterable[PodView], NodeCapacity, tuple[int, int] | None], Admission
+]
+"""How a queued resize is decided: `admit` (the agent admits), or `admit_after_kubelet` (it follows the kubelet)."""
 
 
 def _infeasible(reason: str, message: str) -> Admission:
@@ -220,15 +224,3 @@ def admit_after_kubelet(
 def _requests(r: Resources) -> str:
     parts = [f"cpu={r.cpu_milli}m" if r.cpu_milli is not None else "", f"memory={r.memory}" if r.memory is not None else ""]
     return ", ".join(p for p in parts if p) or "no requests"
-
-
-class Admit(Protocol):
-    def __call__(
-        self,
-        pod: PodView,
-        allocated: PodAllocation,
-        desired: PodAllocation,
-        others: Iterable[PodView],
-        node: NodeCapacity,
-        others_used: tuple[int, int] | None = None,
-    ) -> Admission: ...
