@@ -38,6 +38,7 @@ PLURAL: Final = "verticalpodautoscalers"
 CRD_RETRY_S: Final = 300.0
 IN_PLACE_ANNOTATION: Final = "vpaInPlaceUpdated"
 USAGE_S: Final = 2.0  # how often the working sets of containers holding a memory decrease are read
+PRUNE_S: Final = 60.0  # how often what is kept about departed pods is dropped
 USAGE_STEP: Final = 0.05  # a held pod is decided again when a working set moved by more than this
 
 
@@ -226,7 +227,14 @@ class VPAComponent:
         env = self.ctx.env
         root, driver = env.settings.cgroup_root_name, env.settings.cgroup_driver
         reader = reader_for(self.ctx.settings.cgroupfs, root, driver, env.hierarchy)
+        pruned = time.monotonic()
         while not stop.wait(USAGE_S):
+            if time.monotonic() - pruned >= PRUNE_S:  # pods that left the node: forget what was kept
+                pruned = time.monotonic()
+                live = self.ctx.pods()
+                uids = {p.uid for p in live}
+                self.source.prune(uids, {p.key for p in live})
+                self.patched = {u: t for u, t in self.patched.items() if u in uids}
             held = set(self.source.held_pods())
             if not held:
                 continue

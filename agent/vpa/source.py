@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -130,11 +131,17 @@ class VPASource:
             out, self.pending = self.pending, {}
         return out
 
-    def forget(self, uid: str, key: str) -> None:
+    def prune(self, uids: AbstractSet[str], keys: AbstractSet[str]) -> None:
+        """Drop what is kept about pods no longer on the node (`uids`, `keys`: those still here)."""
         with self._lock:
-            self.applied.pop(uid, None)
-            self.verdicts.pop(key, None)
-            self.conflicts.pop(key, None)
+            for uid in [u for u in (*self.applied, *self.pending) if u not in uids]:
+                self.applied.pop(uid, None)
+                self.pending.pop(uid, None)
+            for key in [k for k in (*self.verdicts, *self.conflicts) if k not in keys]:
+                self.verdicts.pop(key, None)
+                self.conflicts.pop(key, None)
+            if self.usage is not None:
+                self.usage = {k: v for k, v in self.usage.items() if k in keys}
 
     def _proposal(self, kept: tuple[str, tuple[ContainerTarget, ...]], why: str) -> Proposal:
         vpa, targets = kept

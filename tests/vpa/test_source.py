@@ -154,3 +154,15 @@ def test_a_quick_oom_seen_in_the_pod_status_acts_at_once() -> None:
     c = parse_pod(raw, sources=(src,)).containers[0]
     assert (c.requests.memory, c.limits.memory) == (150 * MI, 300 * MI)  # the limit keeps its ratio 2
     assert src.verdicts["shop/web-6d4f-x"][1].reason == "quick OOM"
+
+
+def test_what_is_kept_about_a_pod_goes_when_it_leaves() -> None:
+    src = VPASource((_vpa(), _vpa("ReplicaSet", "web-6d4f")), OWNERS, now=lambda: 1e10, usage={"shop/web-6d4f-x": {"app": 1}})
+    parse_pod(_raw(), sources=(src,))  # a conflict is kept
+    src.vpas = (_vpa(),)
+    parse_pod(_raw(), sources=(src,))  # applied and decided
+    assert src.applied and src.verdicts and src.usage
+    src.prune({"uid-web"}, {"shop/web-6d4f-x"})
+    assert src.applied and src.verdicts  # still here: kept
+    src.prune(set(), set())
+    assert not src.applied and not src.verdicts and not src.conflicts and src.usage == {}
