@@ -209,6 +209,6 @@ def markdown(d: dict[str, Any], ms: Any, meta: str) -> list[str]:
         f"  (p99 {ms(lat['p99'])}); daemon CPU time {ms(cpu['median'])} median (max {ms(cpu['max'])}), the",
         "  watch event, the re-derivation of that VPA's pods only (their owner chain reaches its target), VPA's",
         "  decision and the resize pass. A working set is read only for a pod whose decision holds a memory",
-        "  decrease; nothing else polls.",
+        "  decrease; nothing else reads the kernel or the API.",
         "",
     ]
