@@ -77,6 +77,40 @@ _FLAG_KEYS = {
 }
 
 
+def _vpa_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--vpa",
+        help="VerticalPodAutoscaler, ReplicaSet and Node manifests: decide VPA pods as the daemon would "
+        "(default with vpa.enabled and pods from the API: read them from the API)",
+    )
+
+
+def _vpa_sources(args: argparse.Namespace, settings: Settings) -> list[Any]:
+    """The VPA source the daemon would have, from --vpa or (vpa.enabled, pods from the API) the API."""
+    from agent.daemon.ownership import Thing, resolve
+    from agent.vpainputs import cli_source, read_api, read_file
+
+    node = settings.node_name or os.environ.get("NODE_NAME")
+    if getattr(args, "vpa", None):
+        inputs = read_file(Path(args.vpa), node)
+    elif settings.vpa.enabled and settings.pods is None:
+        found = read_api(settings.kubeconfig, node)
+        if found is None:
+            return []
+        inputs = found
+    else:
+        return []
+    for problem in inputs.problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    ownership = resolve(settings.ownership, inputs.kubelet_version, settings.feature_gates, settings.observe_only)
+    source, warning = cli_source(
+        inputs, settings.vpa.options(), settings.state_dir, not ownership.writes(Thing.CONTAINER_RESIZES)
+    )
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    return [source]
+
+
 def build_settings(args: argparse.Namespace) -> Settings:
     from agent.settings import Settings, from_mapping, load_file
 
@@ -116,16 +150,19 @@ def parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("diff", help="show what differs between the desired and the current cgroup values")
     _common(d)
+    _vpa_flag(d)
     d.add_argument("--all", action="store_true", help="list every value, not only the differing ones")
     d.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
     pl = sub.add_parser("plan", help="show the ordered steps apply would run")
     _common(pl)
+    _vpa_flag(pl)
     pl.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
     e = sub.add_parser("explain", help="show how each value of one pod was derived")
     e.add_argument("pod", metavar="POD", help="namespace/name, name, or UID")
     _common(e)
+    _vpa_flag(e)
 
     a = sub.add_parser("apply", help="reconcile once, then exit")
     _common(a)
@@ -163,7 +200,8 @@ def parser() -> argparse.ArgumentParser:
 def _cmd_diff(args: argparse.Namespace) -> int:
     from agent import pipeline, render
 
-    result = pipeline.run(build_settings(args))
+    settings = build_settings(args)
+    result = pipeline.run(settings, sources=_vpa_sources(args, settings))
     node = result.diff
     print(render.diff_json(node, args.all) if args.output == "json" else render.diff_table(node, args.all))
     if node.errors:
@@ -175,13 +213,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from agent import pipeline, render
 
     settings = build_settings(args)
-    result = pipeline.run(settings)
+    vpa = _vpa_sources(args, settings)
+    result = pipeline.run(settings, sources=vpa)
     plan = result.plan()
     errors = (*result.diff.errors, *plan.errors)
     from agent.plan import Plan
 
     shown = Plan(plan.steps, (*result.diff.warnings, *plan.warnings), errors)
-    resizes = _resize_dry_run(settings, result.env)  # the resize engine's steps, when it manages the node
+    resizes = _resize_dry_run(settings, result.env, vpa)  # the resize engine's steps, when it manages the node
     if resizes is not None:
         resized = resizes.plan()
         errors = resized.errors
@@ -194,7 +233,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_DIFFERENCES if plan.steps else EXIT_OK
 
 
-def _resize_dry_run(settings: Settings, env: Any) -> Any:
+def _resize_dry_run(settings: Settings, env: Any, sources: Sequence[Any] = ()) -> Any:
     """The resize engine's dry run (agent.resize.engine.dry_run) when a resize checkpoint exists."""
     from agent.pipeline import load_pods
     from agent.resize.engine import dry_run
@@ -202,14 +241,15 @@ def _resize_dry_run(settings: Settings, env: Any) -> Any:
 
     if not PodStore(settings.state_dir).exists():
         return None
-    return dry_run(settings, env, load_pods(settings).pods)
+    return dry_run(settings, env, load_pods(settings, sources).pods)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     from agent import pipeline, render
 
     settings = build_settings(args)
-    result = pipeline.run(settings)
+    vpa = _vpa_sources(args, settings)
+    result = pipeline.run(settings, sources=vpa)
     wanted = args.pod
     matches = [p for p in result.diff.computation.pods if wanted in (p.pod.key, p.pod.name, p.pod.uid)]
     if not matches:
@@ -221,9 +261,13 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         raise UsageError(f"{wanted} matches {len(matches)} pods; give namespace/name or the UID")
     comp = matches[0]
     files = [f for f in result.diff.files if f.desired.pod == comp.pod.key]
-    resizes = _resize_dry_run(settings, result.env)
+    resizes = _resize_dry_run(settings, result.env, vpa)
     status = next((s for s in resizes.statuses if s.uid == comp.pod.uid), None) if resizes else None
     print(render.explain(comp, files, status))
+    for source in vpa:
+        if status is not None:
+            source.observe_status(status.uid, status.pod, status.state.value, status.message or status.reason)
+        print("\n".join(render.explain_vpa(comp.pod.key, comp.pod.uid, source)))
     return EXIT_OK
 
 

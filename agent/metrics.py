@@ -67,7 +67,7 @@ class Metrics:
             registry=r,
         )
         self.vpa_resizes = Counter(
-            f"{PREFIX}_vpa_resizes_total", "VPA-driven resizes sent through pods/resize, by outcome.", ["outcome"], registry=r
+            f"{PREFIX}_vpa_resizes_total", "VPA-driven resizes by outcome: sent (pods/resize), error, done (the agent's engine), infeasible, deferred.", ["outcome"], registry=r
         )
         self.tier_shortfall = Gauge(
             f"{PREFIX}_tier_memory_shortfall_bytes",

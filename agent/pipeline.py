@@ -8,7 +8,7 @@ files come from.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent.compute import NodeComputation, compute_node
@@ -18,7 +18,7 @@ from agent.model import PodView, Problem
 from agent.plan import Plan, build_plan, usage_paths
 from agent.pods.load import Loaded, SourceError, load_path
 from agent.settings import Settings
-from agent.sources import default_sources
+from agent.sources import Source, default_sources
 from cgroupfs.files import CgroupFiles
 from cgroupfs.hugepages import node_hugepage_sizes
 from cgroupfs.layout import Hierarchy, RenderOptions, cgroup_directory
@@ -78,10 +78,12 @@ def environment(settings: Settings) -> Environment:
     )
 
 
-def load_pods(settings: Settings) -> Loaded:
+def load_pods(settings: Settings, extra: Sequence[Source] = ()) -> Loaded:
+    """The node's pods; `extra`: sources of desired state beyond the annotations (the CLI's VPA source)."""
+    sources = (*default_sources(settings.annotation_namespaces), *extra)
     if settings.pods is not None:
         try:
-            return load_path(settings.pods, sources=default_sources(settings.annotation_namespaces))
+            return load_path(settings.pods, sources=sources)
         except SourceError as err:
             raise PipelineError(str(err)) from err
     node = settings.node_name or os.environ.get("NODE_NAME")
@@ -91,7 +93,7 @@ def load_pods(settings: Settings) -> Loaded:
         )
     from agent.kube.source import list_node_pods
 
-    return list_node_pods(settings.kubeconfig, node, default_sources(settings.annotation_namespaces))
+    return list_node_pods(settings.kubeconfig, node, sources)
 
 
 def compute(
@@ -127,10 +129,11 @@ def run(
     include_containers: bool = True,
     env: Environment | None = None,
     enrich: PodEnricher | None = None,
+    sources: Sequence[Source] = (),
 ) -> Result:
     """`enrich` may complete the pods before computing (e.g. container IDs from the runtime)."""
     env = env or environment(settings)
-    loaded = load_pods(settings)
+    loaded = load_pods(settings, sources)
     pods = enrich(loaded.pods) if enrich is not None else loaded.pods
     comp = compute(settings, env, pods, loaded.errors)
     wanted = desired_files(

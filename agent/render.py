@@ -11,6 +11,7 @@ from agent.diff import FileDiff, NodeDiff, Owner
 from agent.model import UNLIMITED, Problem, Resources
 from agent.plan import CgroupStep, ContainerStep, Plan, RestartStep
 from agent.resize.types import ResizeStatus
+from agent.vpa.source import VPASource
 from cgroupfs.convert import hugepage_size_name
 
 
@@ -231,3 +232,54 @@ def explain(comp: PodComputation, files: Sequence[FileDiff] = (), resize: Resize
     for w in comp.warnings:
         lines.append(f"  warning: {w}")
     return "\n".join(lines)
+
+
+def explain_vpa(key: str, uid: str, src: VPASource) -> list[str]:
+    """The VPA part of `explain`: which VPA, its recommendation, each container's clamped target, and why
+    it was or was not applied (the same decision the daemon makes: agent.vpa.source)."""
+    conflict = src.conflicts.get(key)
+    if conflict:
+        return [f"  VPA: left alone — {len(conflict)} VPAs target this pod's owner chain: {', '.join(conflict)}"]
+    verdict = src.verdicts.get(key)
+    record = src.records.get(key)
+    if verdict is None or record is None:
+        kept = src.applied.get(uid)
+        if verdict is not None:  # decided without a recommendation to show (panic button)
+            return [f"  VPA {verdict[0]}: not applied — {verdict[1].reason}"]
+        return ["  VPA: none controls this pod" + (f" (a target of VPA {kept[0]} stays applied)" if kept else "")]
+    vpa, targets = record
+    actuator = "opted in" if vpa.opted_in else "not opted in (annotation kube-cgroup-agent.io/vpa-actuator: node)"
+    lines = [
+        f"  VPA {vpa.key}: targetRef {vpa.target_kind}/{vpa.target_name}, updateMode {vpa.mode.value}, {actuator}"
+        + (f", recommenders {', '.join(vpa.recommenders)}" if vpa.recommenders else "")
+    ]
+    by_name = {t.container: t for t in targets}
+    for rec in vpa.recommendations:
+        lines.append(
+            f"    {rec.container}: recommended {_res(rec.target)} (lower {_res(rec.lower)}; upper {_res(rec.upper)})"
+        )
+        policy = vpa.policy_for(rec.container)
+        if policy is not None and policy.off:
+            lines.append("      policy mode Off: never changed")
+            continue
+        if policy is not None:
+            lines.append(
+                f"      policy ({policy.container}): minAllowed {_res(policy.min_allowed)}; maxAllowed "
+                f"{_res(policy.max_allowed)}; controls {', '.join(sorted(policy.controlled))}; {policy.values.value}"
+            )
+        t = by_name.get(rec.container)
+        if t is not None:
+            lines.append(f"      clamped target: requests {_res(t.requests)}; limits {_res(t.limits)}")
+        else:
+            lines.append("      no such container in the pod")
+    decision = verdict[1]
+    lines.append(f"    decision: {'applied' if decision.apply else 'not applied'} — {decision.reason}")
+    lines.extend(f"    held: {h}" for h in decision.held)
+    kept = src.applied.get(uid)
+    if kept is not None and not decision.apply:
+        lines.append("    applied before and kept: " + "; ".join(
+            f"{t.container} requests {_res(t.requests)}, limits {_res(t.limits)}" for t in kept[1]))
+    blocked = src.blocked.get(uid)
+    if blocked is not None:
+        lines.append(f"    last resize: {blocked.state.value}" + (f" ({blocked.message})" if blocked.message else ""))
+    return lines

@@ -238,6 +238,8 @@ def run(settings: Settings) -> int:
     )
     context.refresh = daemon.refresh
     context.pods = daemon.views
+    context.event = daemon.event
+    daemon.status_hooks = context.on_statuses
     metrics.follow_readiness(daemon.ready)
     from agent.version import VERSION, commit
 

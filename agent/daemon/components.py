@@ -10,13 +10,14 @@ when its outside state changed so those pods are derived and reconciled again.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent.daemon.ownership import Ownership
 from agent.metrics import Metrics
 from agent.model import PodView
+from agent.resize.types import ResizeStatus
 from agent.settings import Settings
 from agent.sources import Source
 
@@ -33,6 +34,11 @@ class DaemonContext:
     sources: list[Source] = field(default_factory=list)  # extra sources of desired state (add before start)
     refresh: Callable[[Iterable[str] | None], None] = lambda uids: None  # set by the daemon
     pods: Callable[[], list[PodView]] = list  # the node's pods as last seen (set by the daemon)
+    # an Event on a pod: (uid, reason, message, warning); set by the daemon
+    event: Callable[[str, str, str, bool], None] = lambda uid, reason, message, warning: None
+    on_statuses: list[Callable[[Sequence[ResizeStatus]], None]] = field(default_factory=list)  # resize states that changed
+    # an OOM kill the node saw: (pod key, container, the node recommender's new memory target or None)
+    on_oom: list[Callable[[str, str, int | None], None]] = field(default_factory=list)
 
 
 class Component(Protocol):

@@ -31,6 +31,7 @@ from agent.metrics import Metrics
 from agent.model import PodUID, PodView
 from agent.pods.parse import PodParseError, parse_pod
 from agent.queue import TIERS, ShutDown, WorkQueue
+from agent.resize.types import ResizeStatus
 from agent.sources import DEFAULT_SOURCES, Source
 
 log = get_logger("agent.daemon")
@@ -86,6 +87,7 @@ class Daemon:
         self._shortfalls: dict[str, int] = {}  # tier memory path -> the limit it could not reach (logged)
         self._threads: list[threading.Thread] = []
         self._source_thread: threading.Thread | None = None
+        self.status_hooks: list[Callable[[Sequence[ResizeStatus]], None]] = []  # components following resizes
 
     # -- the sink the sources call -----------------------------------------------------------------
 
@@ -292,10 +294,18 @@ class Daemon:
                 self.reporter.condition(target, status.state.value, status.state.value, message)
         if report.statuses:
             m.set_resize_states(self.reconciler.states())
+            for hook in self.status_hooks:
+                hook(report.statuses)
         if report.retry_after_s is not None and report.outcome is not Outcome.INTERRUPTED:
             self.queue.add_after(key, report.retry_after_s)
 
     # -- lifecycle ---------------------------------------------------------------------------------
+
+    def event(self, uid: str, reason: str, message: str, warning: bool = False) -> None:
+        """An Event on the pod with this UID (for the components); nothing when the pod is gone."""
+        ref = self._ref(uid)
+        if ref is not None and ref.uid:
+            self.reporter.event(ref, reason, message, warning)
 
     def healthy(self) -> tuple[bool, str]:
         dead = [t.name for t in self._threads if not t.is_alive()]

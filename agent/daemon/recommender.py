@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agent.daemon.components import Component, DaemonContext
 from agent.logging import get_logger
+from agent.recommender.estimate import recommend
 from agent.recommender.publish import RECOMMENDER_INTERVAL_S, Publisher
 from agent.recommender.sampler import Sampler, Target, reader_for, targets
 from agent.recommender.state import RecommenderState
@@ -47,7 +48,18 @@ class RecommenderComponent:
             if settings.recommender.react_to_oom:
                 for hook in self.on_oom:
                     hook(t)
+                memory = self._memory_target(t)
+                for oom_hook in self.context.on_oom:  # the VPA actuator: act on it now
+                    oom_hook(t.pod, t.container, memory)
         return len(samples)
+
+    def _memory_target(self, t: Target) -> int | None:
+        """This container's memory target after the OOM bump, as the recommender now estimates it."""
+        history = self.state.histories.get((t.pod, t.container))
+        if history is None or history.memory.is_empty():
+            return None
+        siblings = sum(1 for pod, _ in self.state.histories if pod == t.pod)
+        return recommend(history, self.context.settings.recommender, siblings).target.memory
 
     def _loop(self, stop: threading.Event) -> None:
         interval = self.context.settings.recommender.sample_interval_s

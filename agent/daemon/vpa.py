@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from agent.daemon.components import Component, DaemonContext
@@ -24,11 +24,13 @@ from agent.kube.errors import APIError, APIForbidden, APINotFound, wrap
 from agent.kube.status import STRATEGIC_MERGE
 from agent.kube.watch import Watcher
 from agent.logging import get_logger
+from agent.resize.types import ResizeState, ResizeStatus
 from agent.vpa.config import PANIC_LABEL
 from agent.vpa.model import VPA, VPAParseError
 from agent.vpa.parse import parse_vpa
-from agent.vpa.policy import ContainerTarget, api_resources
-from agent.vpa.source import VPASource, owner_chain
+from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock, api_resources
+from agent.vpa.source import VPASource, owner_chain, owners_from
+from agent.vpastate import load, save
 
 log = get_logger("agent.daemon.vpa")
 
@@ -100,6 +102,45 @@ class VPAComponent:
         source.on_verdict = lambda pod, vpa, v: log.info(
             "vpa.decision", pod=pod, vpa=vpa, apply=v.apply, reason=v.reason, held=list(v.held)
         )
+        source.on_blocked = self._blocked
+        source.on_applied = self._save_applied
+        ctx.on_oom.append(self._oom)
+        if not via_api:
+            ctx.on_statuses.append(self._statuses)
+
+    # ---- what became of a resize ----
+
+    def _blocked(self, pod: str, uid: str, blocked: Blocked) -> None:
+        """A VPA-driven resize refused or put off: an Event naming the VPA, a metric, a log line (once)."""
+        state = blocked.state.value
+        sizes = "; ".join(f"{t.container} {json.dumps(api_resources(t), sort_keys=True)}" for t in blocked.targets)
+        message = f"VPA {blocked.vpa}: resize to {sizes} is {state}" + (f": {blocked.message}" if blocked.message else "")
+        self.ctx.metrics.vpa_resizes.labels(state.lower()).inc()
+        self.ctx.event(uid, f"VPAResize{state}", message[:1000], blocked.state is ResizeBlock.INFEASIBLE)
+        log.warning("vpa.resize_blocked", pod=pod, vpa=blocked.vpa, state=state, message=blocked.message)
+
+    def _statuses(self, statuses: Sequence[ResizeStatus]) -> None:
+        """The engine's resize states (where the agent resizes): follow those of VPA-driven resizes."""
+        for st in statuses:
+            if st.uid in self.source.applied and st.state is ResizeState.DONE:
+                self.ctx.metrics.vpa_resizes.labels("done").inc()
+            self.source.observe_status(st.uid, st.pod, st.state.value, st.message or st.reason)
+
+    def _save_applied(self, applied: Mapping[str, tuple[str, tuple[ContainerTarget, ...]]]) -> None:
+        try:
+            save(self.ctx.settings.state_dir, applied)
+        except OSError as err:
+            self.ctx.metrics.errors.labels("StateWriteError").inc()
+            log.warning("vpa.state_write_failed", error=f"{err.strerror or err}", message="applied VPA targets are decided again after a restart")
+
+    def _oom(self, pod: str, container: str, memory: int | None) -> None:
+        """An OOM kill the node saw: a quick OOM for VPA's rules at once (the pod status comes later)."""
+        if not self.source.enabled:
+            return
+        self.source.oom_seen(pod, container, memory)
+        uids = [p.uid for p in self.ctx.pods() if p.key == pod]
+        if uids:
+            self.ctx.refresh(uids)
 
     # ---- outside state in ----
 
@@ -131,16 +172,7 @@ class VPAComponent:
                 self.ctx.refresh(uids)
 
     def _owners_changed(self) -> None:
-        owners: dict[tuple[str, str, str], tuple[str, str]] = {}
-        for rs in self.replicasets.values():
-            meta = rs.get("metadata") or {}
-            for ref in meta.get("ownerReferences") or ():
-                if isinstance(ref, Mapping) and ref.get("controller") is True:
-                    owners[(str(meta.get("namespace") or ""), "ReplicaSet", str(meta.get("name")))] = (
-                        str(ref.get("kind")),
-                        str(ref.get("name")),
-                    )
-        self.source.owners = owners
+        self.source.owners = owners_from(self.replicasets.values())
         self.ctx.refresh(None)
 
     def _node_changed(self) -> None:
@@ -302,6 +334,7 @@ class VPAComponent:
             log.warning("vpa.resize_failed", pod=f"{ns}/{name}", vpa=vpa, error=str(api_err))
             return
         self.patched[uid] = targets
+        self.source.sent_through_api(uid, vpa, targets)
         self.ctx.metrics.vpa_resizes.labels("sent").inc()
         self._annotate(ns, name)
         log.info("vpa.resized", pod=f"{ns}/{name}", vpa=vpa, via="pods/resize", ms=round((time.monotonic() - started) * 1000, 1),
@@ -328,6 +361,10 @@ def vpa_component(ctx: DaemonContext) -> Component | None:
         return None
     via_api = not ctx.ownership.writes(Thing.CONTAINER_RESIZES)
     source = VPASource(opts=settings.options(), propose_changes=not via_api, usage={})
+    if not via_api:  # the agent's engine applies targets the spec does not hold: keep them across restarts
+        source.applied, warning = load(ctx.settings.state_dir)
+        if warning:
+            log.warning("vpa.state", message=warning)
     ctx.sources.append(source)
     ctx.metrics.vpa_enabled.set(1)
     return VPAComponent(ctx, source, via_api)

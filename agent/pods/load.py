@@ -69,6 +69,12 @@ def _items(doc: object, origin: str) -> Iterator[Mapping[str, Any]]:
     yield doc
 
 
+def objects(text: str, origin: str) -> list[Mapping[str, Any]]:
+    """Every object of a YAML/JSON text (multi-document, Lists unwrapped), whatever its kind; PodParseError
+    names the origin when the text or a document cannot be read."""
+    return [item for doc in _documents(text, origin) for item in _items(doc, origin)]
+
+
 def parse_text(text: str, origin: str, sources: Sequence[Source] = DEFAULT_SOURCES) -> Loaded:
     pods: list[PodView] = []
     errors: list[Problem] = []

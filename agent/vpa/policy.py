@@ -17,6 +17,7 @@ server refuses it anyway), and pods with pod-level resources are skipped (VPA do
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,6 +32,7 @@ MIN_CHANGE: Final = 0.1  # --min-change-priority / DefaultUpdateThreshold (updat
 POD_LIFETIME_S: Final = 12 * 3600.0  # --pod-lifetime-update-threshold / PodLifetimeUpdateThreshold
 IN_PLACE_MODES: Final = frozenset({UpdateMode.IN_PLACE, UpdateMode.IN_PLACE_OR_RECREATE})
 RECREATE_MODES: Final = frozenset({UpdateMode.RECREATE, UpdateMode.AUTO})
+SAME: Final = "the recommendation is what the pod has"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,18 @@ def container_target(c: ContainerView, rec: Recommendation, policy: ContainerPol
             mem_limit = proportional_limit(limits.memory, c.requests.memory, new_mem)
         limits = replace(limits, cpu_milli=cpu_limit, memory=mem_limit)
     return ContainerTarget(c.name, requests, limits)
+
+
+def clamped_targets(pod: PodView, vpa: VPA) -> tuple[ContainerTarget, ...]:
+    """Every container's requests and limits under the VPA's recommendation, whether or not the updater
+    would act now (what `explain` shows); containers with no recommendation or a policy Off are left out."""
+    out = []
+    for c in pod.containers:
+        rec = vpa.recommendation_for(c.name)
+        t = container_target(c, rec, vpa.policy_for(c.name)) if rec is not None else None
+        if t is not None:
+            out.append(t)
+    return tuple(out)
 
 
 def api_resources(t: ContainerTarget) -> dict[str, dict[str, str]]:
@@ -222,7 +236,7 @@ def decide(
         if t is not None and (t.requests, t.limits) != (c.requests, c.limits):
             targets.append(t)
     if not targets:
-        return Verdict(False, "the recommendation is what the pod has")
+        return Verdict(False, SAME)
     outside, diff = _priority(pod, vpa)
     if not outside and not quick_oom:
         if age_s is None or age_s < opts.pod_lifetime_s:
@@ -257,3 +271,59 @@ def _changes_qos(pod: PodView, targets: Sequence[ContainerTarget]) -> bool:
     )
     before = compute_qos(replace(pod, status_qos=None)).qos
     return compute_qos(replace(pod, containers=containers, status_qos=None)).qos is not before
+
+
+class ResizeBlock(enum.StrEnum):
+    INFEASIBLE = "Infeasible"
+    DEFERRED = "Deferred"
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """A VPA-driven resize the node refused (Infeasible) or put off (Deferred), as last reported."""
+
+    vpa: str
+    targets: tuple[ContainerTarget, ...]
+    state: ResizeBlock
+    message: str = ""
+
+    def why(self) -> str:
+        then = "lowers" if self.state is ResizeBlock.INFEASIBLE else "changes"
+        said = f" ({self.message})" if self.message else ""
+        return f"the resize to the recommendation is {self.state.value}{said}: tried again when the recommendation {then}"
+
+
+def _values(t: ContainerTarget) -> tuple[int | None, ...]:
+    return (t.requests.cpu_milli, t.requests.memory, t.limits.cpu_milli, t.limits.memory)
+
+
+def retry_allowed(blocked: Blocked, targets: Sequence[ContainerTarget]) -> bool:
+    """Whether a new decision may be sent after `blocked`: a Deferred one when the targets changed at all
+    (the node retries the same one itself), an Infeasible one only when some request or limit is lower
+    than what was refused (asking for as much or more can never fit either)."""
+    before = {t.container: t for t in blocked.targets}
+    if blocked.state is ResizeBlock.DEFERRED:
+        return tuple(targets) != blocked.targets
+    for t in targets:
+        old = before.get(t.container)
+        if old is None:
+            return True
+        if any(n is not None and (o is None or n < o) for n, o in zip(_values(t), _values(old), strict=True)):
+            return True
+    return False
+
+
+def with_local_memory(vpa: VPA, container: str, memory: int) -> VPA:
+    """The VPA with `container`'s memory target (and upper bound) raised to at least `memory`: the node's
+    own recommender after an OOM kill it saw, before the merged status catches up (that recommender is the
+    VPA's, so this is the VPA's answer sooner, not a second opinion)."""
+    recs = []
+    for r in vpa.recommendations:
+        if r.container == container and (r.target.memory or 0) < memory:
+            r = replace(
+                r,
+                target=replace(r.target, memory=memory),
+                upper=replace(r.upper, memory=max(memory, r.upper.memory or 0)),
+            )
+        recs.append(r)
+    return replace(vpa, recommendations=tuple(recs))

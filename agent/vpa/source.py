@@ -2,6 +2,15 @@
 resize annotation), so that VPA in place is not a path of its own: the reconciler resizes the pod as it
 resizes any other.
 
+What became of it: a resize the node refuses (Infeasible) or puts off (Deferred) — the kubelet's
+`PodResizePending` condition where the kubelet resizes, the engine's resize state elsewhere — is kept as
+`Blocked` and reported once (`on_blocked`); the next decision is sent only when the recommendation lowers
+(Infeasible) or changes (Deferred), never the same again.
+
+An OOM kill the node saw (`oom_seen`, from the node's recommender) is a quick OOM at once, without waiting
+for the pod status; a VPA that names the node's recommender gets that recommender's raised memory target
+at once too.
+
 Which VPA: the one whose `spec.targetRef` is on the pod's owner chain (Pod → ReplicaSet → Deployment,
 or a StatefulSet, DaemonSet, Job, or any other controller), resolved from an owner map the watch keeps;
 two VPAs on one chain → the pod is left alone and reported, never guessed.
@@ -15,7 +24,7 @@ disabled VPA (panic button) touches nothing already applied. Pure: the watch rep
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,12 +33,26 @@ from typing import Any, Final
 from agent.pods.parse import controller_owner, parse_pod, pod_key
 from agent.sources.base import ContainerResources, Proposal
 from agent.vpa.model import VPA
-from agent.vpa.policy import ContainerTarget, Options, Verdict, api_resources, decide
+from agent.vpa.policy import (
+    SAME,
+    Blocked,
+    ContainerTarget,
+    Options,
+    ResizeBlock,
+    Verdict,
+    api_resources,
+    clamped_targets,
+    decide,
+    retry_allowed,
+    with_local_memory,
+)
 
 NAME: Final = "vpa"
 PRECEDENCE: Final = 50
 QUICK_OOM_S: Final = 600.0  # EvictAfterOOMThreshold, updater config.go
 MAX_CHAIN: Final = 8
+LOCAL_RECOMMENDER: Final = "kube-cgroup-agent"  # the node recommender's name in a VPA's spec.recommenders
+RESIZE_PENDING: Final = "PodResizePending"  # the kubelet's condition (reason Deferred or Infeasible), v1.33+
 
 OwnerKey = tuple[str, str, str]  # (namespace, kind, name)
 Owners = Mapping[OwnerKey, tuple[str, str]]  # an object -> its controller (kind, name)
@@ -43,6 +66,19 @@ def owner_chain(namespace: str, first: tuple[str, str] | None, owners: Owners) -
         out.append(cur)
         cur = owners.get((namespace, *cur))
     return tuple(out)
+
+
+def owners_from(objects: Iterable[Mapping[str, Any]]) -> dict[OwnerKey, tuple[str, str]]:
+    """The owner map from objects that have a controller (ReplicaSets: the link from a pod's ReplicaSet
+    to its Deployment)."""
+    owners: dict[OwnerKey, tuple[str, str]] = {}
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        kind = str(obj.get("kind") or "ReplicaSet")
+        for ref in meta.get("ownerReferences") or ():
+            if isinstance(ref, Mapping) and ref.get("controller") is True:
+                owners[(str(meta.get("namespace") or ""), kind, str(meta.get("name")))] = (str(ref.get("kind")), str(ref.get("name")))
+    return owners
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +116,13 @@ class VPASource:
     applied: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (vpa, targets)
     verdicts: dict[str, tuple[str, Verdict]] = field(default_factory=dict)  # pod key -> (vpa, last verdict)
     conflicts: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pod key -> the VPAs claiming it
+    blocked: dict[str, Blocked] = field(default_factory=dict)  # uid -> the resize refused or put off
+    sent: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (vpa, targets) sent through pods/resize
+    on_blocked: Callable[[str, str, Blocked], None] | None = None  # (pod key, uid, what) when a resize became blocked
+    on_applied: Callable[[Mapping[str, tuple[str, tuple[ContainerTarget, ...]]]], None] | None = None  # persist `applied`
+    ooms: dict[str, dict[str, tuple[float, int | None]]] = field(default_factory=dict)  # pod key -> container -> (when, local memory target)
+    record: bool = False  # keep, per pod, the VPA and every container's clamped target (for `explain`)
+    records: dict[str, tuple[VPA, tuple[ContainerTarget, ...]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def propose(self, raw: Mapping[str, Any]) -> Proposal | None:
@@ -96,11 +139,18 @@ class VPASource:
             if res.vpa is None:  # most pods: decided from the metadata alone, the pod is not parsed again
                 return self._proposal(kept, "") if kept else None
             pod = parse_pod(raw, sources=())  # the spec alone: what the pod has now
+            if not self.propose_changes:
+                asked = tuple(ContainerTarget(c.name, c.requests, c.limits) for c in pod.containers)
+                self._kubelet_outcome(pod.key, pod.uid, raw, (res.vpa.key, asked))
             if not self.enabled:
                 self._verdict(pod.key, res.vpa.key, Verdict(False, "VPA changes are off on this node (panic button)"))
                 return self._proposal(kept, "kept from before the panic button") if kept else None
             usage = self.usage.get(pod.key, {}) if self.usage is not None else None
-            verdict = decide(pod, res.vpa, _age_s(raw, self.now()), _quick_oom(raw), self.opts, usage)
+            vpa, oomed = self._after_local_oom(res.vpa, pod.key)
+            verdict = decide(pod, vpa, _age_s(raw, self.now()), oomed or _quick_oom(raw), self.opts, usage)
+            if self.record:
+                self.records[pod.key] = (vpa, clamped_targets(pod, vpa))
+            verdict = self._unless_blocked(pod.uid, verdict)
             self._verdict(pod.key, res.vpa.key, verdict)
             if not self.propose_changes:  # the spec itself will change (pods/resize): nothing to keep
                 if verdict.apply:
@@ -109,8 +159,78 @@ class VPASource:
                 return None
             if verdict.apply:
                 kept = (res.vpa.key, verdict.targets)
-                self.applied[pod.uid] = kept
+                if self.applied.get(pod.uid) != kept:
+                    self.applied[pod.uid] = kept
+                    self._persist()
             return self._proposal(kept, verdict.reason) if kept else None
+
+    def _after_local_oom(self, vpa: VPA, key: str) -> tuple[VPA, bool]:
+        """(the VPA with the node recommender's memory targets after a recent OOM, whether one happened)."""
+        recent = {c: m for c, (at, m) in self.ooms.get(key, {}).items() if self.now() - at < QUICK_OOM_S}
+        if recent and LOCAL_RECOMMENDER in vpa.recommenders:
+            for container, memory in recent.items():
+                if memory:
+                    vpa = with_local_memory(vpa, container, memory)
+        return vpa, bool(recent)
+
+    def _unless_blocked(self, uid: str, verdict: Verdict) -> Verdict:
+        """The retry rule after a refused or put-off resize (agent.vpa.policy.retry_allowed)."""
+        blocked = self.blocked.get(uid)
+        if blocked is None:
+            return verdict
+        if verdict.apply:
+            if retry_allowed(blocked, verdict.targets):
+                del self.blocked[uid]
+                return verdict
+            return Verdict(False, blocked.why(), held=verdict.held)
+        if verdict.reason == SAME:  # the spec is already at the refused values (pods/resize)
+            return Verdict(False, blocked.why(), held=verdict.held)
+        return verdict
+
+    def _kubelet_outcome(
+        self, key: str, uid: str, raw: Mapping[str, Any], asked: tuple[str, tuple[ContainerTarget, ...]]
+    ) -> None:
+        """Where the kubelet resizes: what its PodResizePending condition says of what was sent (for
+        `explain`, which sent nothing itself: of what the spec asks for now)."""
+        sent = self.sent.get(uid) or (asked if self.record else None)
+        if sent is None:
+            return
+        pending = resize_pending(raw)
+        if pending is None:
+            self.blocked.pop(uid, None)
+            return
+        self._block(key, uid, Blocked(sent[0], sent[1], *pending))
+
+    def observe_status(self, uid: str, key: str, state: str, message: str) -> None:
+        """Where the agent resizes: the engine's resize state of a pod whose VPA target is applied."""
+        with self._lock:
+            kept = self.applied.get(uid)
+            if kept is None:
+                return
+            if state in (ResizeBlock.INFEASIBLE.value, ResizeBlock.DEFERRED.value):
+                self._block(key, uid, Blocked(kept[0], kept[1], ResizeBlock(state), message))
+            elif state in ("Done", "InProgress"):
+                self.blocked.pop(uid, None)
+
+    def _block(self, key: str, uid: str, blocked: Blocked) -> None:
+        if self.blocked.get(uid) == blocked:
+            return
+        self.blocked[uid] = blocked
+        if self.on_blocked is not None:
+            self.on_blocked(key, uid, blocked)
+
+    def oom_seen(self, key: str, container: str, memory: int | None) -> None:
+        """The node saw `container` of pod `key` OOM-killed (`memory`: the node recommender's new target)."""
+        with self._lock:
+            self.ooms.setdefault(key, {})[container] = (self.now(), memory)
+
+    def sent_through_api(self, uid: str, vpa: str, targets: tuple[ContainerTarget, ...]) -> None:
+        with self._lock:
+            self.sent[uid] = (vpa, targets)
+
+    def _persist(self) -> None:
+        if self.on_applied is not None:
+            self.on_applied(dict(self.applied))
 
     def _verdict(self, pod: str, vpa: str, verdict: Verdict) -> None:
         if self.verdicts.get(pod) != (vpa, verdict) and self.on_verdict is not None:
@@ -134,12 +254,17 @@ class VPASource:
     def prune(self, uids: AbstractSet[str], keys: AbstractSet[str]) -> None:
         """Drop what is kept about pods no longer on the node (`uids`, `keys`: those still here)."""
         with self._lock:
-            for uid in [u for u in (*self.applied, *self.pending) if u not in uids]:
-                self.applied.pop(uid, None)
-                self.pending.pop(uid, None)
-            for key in [k for k in (*self.verdicts, *self.conflicts) if k not in keys]:
+            gone = [u for u in (*self.applied, *self.pending, *self.blocked, *self.sent) if u not in uids]
+            had = len(self.applied)
+            for uid in gone:
+                for kept in (self.applied, self.pending, self.blocked, self.sent):
+                    kept.pop(uid, None)
+            for key in [k for k in (*self.verdicts, *self.conflicts, *self.ooms) if k not in keys]:
                 self.verdicts.pop(key, None)
                 self.conflicts.pop(key, None)
+                self.ooms.pop(key, None)
+            if len(self.applied) != had:
+                self._persist()
             if self.usage is not None:
                 self.usage = {k: v for k, v in self.usage.items() if k in keys}
 
@@ -149,6 +274,17 @@ class VPASource:
         for t in targets:
             containers[("containers", t.container)] = api_resources(t)  # type: ignore[assignment]
         return Proposal(self.name, containers, note=f"VPA {vpa}" + (f": {why}" if why else ""))
+
+
+def resize_pending(raw: Mapping[str, Any]) -> tuple[ResizeBlock, str] | None:
+    """The kubelet's PodResizePending condition (reason Deferred or Infeasible), or None."""
+    status = raw.get("status")
+    for cond in (status.get("conditions") or []) if isinstance(status, Mapping) else []:
+        if isinstance(cond, Mapping) and cond.get("type") == RESIZE_PENDING and cond.get("status") == "True":
+            reason = cond.get("reason")
+            if reason in (ResizeBlock.INFEASIBLE.value, ResizeBlock.DEFERRED.value):
+                return ResizeBlock(str(reason)), str(cond.get("message") or "")
+    return None
 
 
 def _stamp(v: object) -> float | None:

@@ -151,3 +151,78 @@ def test_a_memory_decrease_stops_at_the_working_set_and_finishes_when_usage_allo
     wait_for(lambda: env.node.read(limit) == str(100 << 20), "the rest of the decrease once usage allows")
     _never_evicted(env)
     assert daemon.terminate() == 0
+
+
+def _metric(daemon: Any, line: str) -> bool:
+    return any(x.startswith(line) for x in daemon.get("/metrics")[1].splitlines())
+
+
+def test_an_infeasible_vpa_resize_is_reported_and_sent_again_only_when_the_recommendation_lowers(env: Env) -> None:
+    """Bare node, allocatable 8 CPUs: a 16-CPU recommendation can never fit. The engine keeps it Infeasible
+    (the pod's values untouched), the pod gets a VPAResizeInfeasible Event naming the VPA, the metric
+    counts it; 20 CPUs is held back, 500m is applied."""
+    _cluster(env)
+    env.node.add_pod(_pod())
+    env.publish("web-6d4f-x")
+    uid = env.uid("web-6d4f-x")
+    quota = env.node.container_path("web-6d4f-x", "app", "cpu.cfs_quota_us")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _vpa("16", "15", "17"))
+    wait_for(lambda: "VPAResizeInfeasible" in env.cluster.event_reasons(uid), "the VPAResizeInfeasible Event")
+    [event] = [e for e in env.cluster.events.values() if e["reason"] == "VPAResizeInfeasible"]
+    assert event["type"] == "Warning" and "VPA default/web" in event["message"] and "Infeasible" in event["message"]
+    assert env.node.read(quota) == "20000"
+    wait_for(lambda: _metric(daemon, 'kube_cgroup_agent_vpa_resizes_total{outcome="infeasible"} 1.0'), "the metric")
+    env.cluster.put(*VPA_API, _vpa("20", "19", "21"))
+    wait_for(lambda: [d for d in daemon.logged("vpa.decision") if "lowers" in d["reason"]], "the higher one held back")
+    assert env.node.read(quota) == "20000" and env.cluster.event_reasons(uid).count("VPAResizeInfeasible") == 1
+    env.cluster.put(*VPA_API, _vpa("500m", "400m", "600m"))
+    wait_for(lambda: env.node.read(quota) == "100000", "the lower recommendation applied (500m, limit 1)")
+    _never_evicted(env)
+    assert daemon.terminate() == 0
+
+
+def test_where_the_kubelet_refuses_a_vpa_resize_it_is_reported_and_not_sent_again(env: Env) -> None:
+    _cluster(env, kubelet="v1.36.0")
+    env.node.add_pod(_pod())
+    env.publish("web-6d4f-x")
+    uid = env.uid("web-6d4f-x")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _vpa("16", "15", "17"))
+    wait_for(lambda: env.cluster.recorded("PATCH", "/pods/web-6d4f-x/resize"), "the pods/resize patch")
+    pod = env.cluster.pod("default", "web-6d4f-x")
+    assert pod is not None
+    pod["status"]["conditions"] = [{"type": "PodResizePending", "status": "True", "reason": "Infeasible",
+                                    "message": "Node didn't have enough capacity: cpu, requested: 16100, capacity: 8000"}]
+    env.cluster.apply(pod)  # what the kubelet writes
+    wait_for(lambda: "VPAResizeInfeasible" in env.cluster.event_reasons(uid), "the VPAResizeInfeasible Event")
+    env.cluster.put(*VPA_API, _vpa("18", "17", "19"))
+    wait_for(lambda: [d for d in daemon.logged("vpa.decision") if "lowers" in d["reason"]], "the higher one held back")
+    assert len(env.cluster.recorded("PATCH", "/pods/web-6d4f-x/resize")) == 1
+    env.cluster.put(*VPA_API, _vpa("4", "3", "5"))  # lower: sent
+    wait_for(lambda: len(env.cluster.recorded("PATCH", "/pods/web-6d4f-x/resize")) == 2, "the lower one sent")
+    _never_evicted(env)
+    assert daemon.terminate() == 0
+
+
+def test_an_applied_target_survives_a_restart(env: Env) -> None:
+    """Bare node: 300m applied; the VPA then moves inside the pod's bounds (the updater would not act on the
+    spec's 100m). Without the state file the restarted agent would resize the pod back to its spec."""
+    _cluster(env)
+    env.node.add_pod(_pod())
+    env.publish("web-6d4f-x")
+    quota = env.node.container_path("web-6d4f-x", "app", "cpu.cfs_quota_us")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _vpa("300m", "200m", "400m"))
+    wait_for(lambda: env.node.read(quota) == "60000", "the recommendation in place")
+    daemon.kill()
+    env.cluster.put(*VPA_API, _vpa("105m", "50m", "400m"))
+    again = env.daemon(vpa={"enabled": True})
+    again.ready()
+    wait_for(lambda: again.logged("vpa.decision"), "a decision after the restart")
+    wait_for(lambda: again.logged("reconcile", scope="pod"), "a pass over the pod")
+    assert env.node.read(quota) == "60000"
+    assert again.terminate() == 0

@@ -416,3 +416,52 @@ def test_vpa_never_shrinks_memory_below_what_the_container_holds(agent: Agent) -
     wait_for("the kubelet's write", lambda: int(read(limit)) == new_limit - new_limit % 4096 or int(read(limit)) == new_limit, 60)
     assert int(read(usage)) <= int(read(limit))
     assert json.loads(kubectl("get", "pod", name, "-o", "json"))["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_vpa_infeasible_on_the_real_kubelet_is_reported_and_explained(agent: Agent) -> None:
+    """A 64-CPU recommendation on this 2-CPU node: the pods/resize is sent, the kubelet marks it
+    PodResizePending/Infeasible, the agent puts one VPAResizeInfeasible Event on the pod and holds a
+    higher recommendation back; `explain`, reading the same objects from the API, says so."""
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "greedy", "namespace": "default"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "greedy"}}, "template": {
+            "metadata": {"labels": {"app": "greedy"}},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "app", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "1000000"],
+                "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}}]}}},
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(deployment))
+    name = wait_for("the Deployment's pod", lambda: kubectl("get", "pods", "-l", "app=greedy", "-o", "jsonpath={.items[0].metadata.name}"), 60)
+    _running(name)
+    vpa = {
+        "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
+        "metadata": {"name": "greedy", "namespace": "default", "annotations": {"kube-cgroup-agent.io/vpa-actuator": "node"}},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "greedy"}, "updatePolicy": {"updateMode": "InPlace"}},
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(vpa))
+    kubectl("patch", "vpa", "greedy", "--subresource", "status", "--type", "merge", "-p", _vpa_status("64", "60", "70"))
+
+    def condition() -> dict[str, Any] | None:
+        conds = json.loads(kubectl("get", "pod", name, "-o", "json"))["status"].get("conditions") or []
+        return next((c for c in conds if c["type"] == "PodResizePending" and c.get("reason") == "Infeasible"), None)
+
+    cond = wait_for("the kubelet's Infeasible", condition, 60)
+    events = wait_for("the VPAResizeInfeasible Event", lambda: json.loads(kubectl(
+        "get", "events", "--field-selector", f"reason=VPAResizeInfeasible,involvedObject.name={name}", "-o", "json"))["items"], 30)
+    assert len(events) == 1 and "VPA default/greedy" in events[0]["message"] and events[0]["type"] == "Warning"
+    sent = [e for e in agent.lines() if e.get("event") == "vpa.resized" and e.get("pod") == f"default/{name}"]
+    assert len(sent) == 1
+    kubectl("patch", "vpa", "greedy", "--subresource", "status", "--type", "merge", "-p", _vpa_status("80", "75", "85"))
+    wait_for("the higher one held back", lambda: [e for e in agent.lines() if e.get("event") == "vpa.decision"
+                                                  and e.get("pod") == f"default/{name}" and "lowers" in str(e.get("reason"))], 30)
+    time.sleep(2)
+    assert len([e for e in agent.lines() if e.get("event") == "vpa.resized" and e.get("pod") == f"default/{name}"]) == 1
+    explained = subprocess.run(
+        [str(Path(sys.executable).parent / "kube-cgroup-agent"), "explain", f"default/{name}", "--config", str(agent.config)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert explained.returncode == 0, explained.stderr
+    assert "VPA default/greedy: targetRef Deployment/greedy, updateMode InPlace, opted in" in explained.stdout
+    assert f"last resize: Infeasible ({cond.get('message', '')})" in explained.stdout
+    kubectl("delete", "deployment", "greedy", "--wait=false")
+    kubectl("delete", "vpa", "greedy", "--wait=false")

@@ -73,6 +73,8 @@ def test_two_ticks_give_rate_working_set_and_an_oom(
     comp.clock = lambda: now[0]  # type: ignore[attr-defined]
     oomed: list[Target] = []
     comp.on_oom.append(oomed.append)  # type: ignore[attr-defined]
+    told: list[tuple[str, str, int | None]] = []  # what the VPA actuator hears (agent.daemon.vpa)
+    ctx.on_oom.append(lambda pod, container, memory: told.append((pod, container, memory)))
 
     write(counters(10.0, 100, 0, 301_000_000, 0))
     comp.tick()  # type: ignore[attr-defined]
@@ -89,6 +91,11 @@ def test_two_ticks_give_rate_working_set_and_an_oom(
     assert h.memory_peak == 406_000_000
     assert h.oom_peak == 406_000_000 + 100 * 2**20
     assert [t.container for t in oomed] == ["app"]
+    # the actuator hears it at once, with the bumped memory target: the OOM sample (510,857,600) lands in
+    # the histogram, the target is its 90th percentile plus the 15 % margin, so above the bumped value
+    [(pod, container, memory)] = told
+    assert (pod, container) == ("shop/api", "app")
+    assert memory is not None and memory > 510_857_600
     assert comp.sampler.reader.writes == 0  # type: ignore[attr-defined]  # read-only
     comp.persist()  # type: ignore[attr-defined]
     assert (tmp_path / "state" / "recommender.json").exists()
