@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import PermanentError
+from agent.vpa.applied import ActuatorState
 from agent.vpa.config import PANIC_LABEL
 from agent.vpa.model import VPA, VPAParseError
 from agent.vpa.parse import parse_vpa
@@ -108,7 +109,7 @@ def read_api(kubeconfig: str | None, node: str | None) -> VPAInputs | None:
 def cli_source(inputs: VPAInputs, opts: Options, state_dir: Path | None, kubelet_resizes: bool) -> tuple[VPASource, str | None]:
     """A VPA source deciding as the daemon's does, recording for `explain`, never persisting; with the
     targets the agent applied before (bare nodes), and a warning when its state file is unusable."""
-    applied, warning = ({}, None) if kubelet_resizes or state_dir is None else load_readonly(state_dir)
+    kept, warning = load_readonly(state_dir) if state_dir is not None else (ActuatorState(), None)
     src = VPASource(
         inputs.vpas,
         inputs.owners,
@@ -117,5 +118,5 @@ def cli_source(inputs: VPAInputs, opts: Options, state_dir: Path | None, kubelet
         propose_changes=not kubelet_resizes,
         record=True,
     )
-    src.applied = applied
+    src.restore(kept if not kubelet_resizes else ActuatorState(blocked=kept.blocked))
     return src, warning

@@ -25,6 +25,7 @@ from agent.kube.status import STRATEGIC_MERGE
 from agent.kube.watch import Watcher
 from agent.logging import get_logger
 from agent.resize.types import ResizeState, ResizeStatus
+from agent.vpa.applied import ActuatorState
 from agent.vpa.config import PANIC_LABEL
 from agent.vpa.model import VPA, VPAParseError
 from agent.vpa.parse import parse_vpa
@@ -103,7 +104,7 @@ class VPAComponent:
             "vpa.decision", pod=pod, vpa=vpa, apply=v.apply, reason=v.reason, held=list(v.held)
         )
         source.on_blocked = self._blocked
-        source.on_applied = self._save_applied
+        source.on_state = self._save_state
         ctx.on_oom.append(self._oom)
         if not via_api:
             ctx.on_statuses.append(self._statuses)
@@ -126,9 +127,9 @@ class VPAComponent:
                 self.ctx.metrics.vpa_resizes.labels("done").inc()
             self.source.observe_status(st.uid, st.pod, st.state.value, st.message or st.reason)
 
-    def _save_applied(self, applied: Mapping[str, tuple[str, tuple[ContainerTarget, ...]]]) -> None:
+    def _save_state(self, state: ActuatorState) -> None:
         try:
-            save(self.ctx.settings.state_dir, applied)
+            save(self.ctx.settings.state_dir, state)
         except OSError as err:
             self.ctx.metrics.errors.labels("StateWriteError").inc()
             log.warning("vpa.state_write_failed", error=f"{err.strerror or err}", message="applied VPA targets are decided again after a restart")
@@ -330,6 +331,11 @@ class VPAComponent:
             )
         except Exception as err:
             api_err = err if isinstance(err, APIError) else wrap(f"resize pod {ns}/{name}", err)
+            if isinstance(api_err, APIForbidden) or api_err.status == 422:
+                # refused at the request (a v1.36 API server checks the node's allocatable there): the
+                # kubelet's Infeasible in another form; sent again only for a lower recommendation
+                self.source.refused(uid, f"{ns}/{name}", vpa, targets, f"{api_err.status} {api_err.reason}")
+                return
             self.ctx.metrics.vpa_resizes.labels("error").inc()
             log.warning("vpa.resize_failed", pod=f"{ns}/{name}", vpa=vpa, error=str(api_err))
             return
@@ -361,10 +367,10 @@ def vpa_component(ctx: DaemonContext) -> Component | None:
         return None
     via_api = not ctx.ownership.writes(Thing.CONTAINER_RESIZES)
     source = VPASource(opts=settings.options(), propose_changes=not via_api, usage={})
-    if not via_api:  # the agent's engine applies targets the spec does not hold: keep them across restarts
-        source.applied, warning = load(ctx.settings.state_dir)
-        if warning:
-            log.warning("vpa.state", message=warning)
+    kept, warning = load(ctx.settings.state_dir)  # applied targets and refused resizes, across restarts
+    if warning:
+        log.warning("vpa.state", message=warning)
+    source.restore(kept if not via_api else ActuatorState(blocked=kept.blocked))
     ctx.sources.append(source)
     ctx.metrics.vpa_enabled.set(1)
     return VPAComponent(ctx, source, via_api)

@@ -1,26 +1,33 @@
-"""The VPA targets applied on this node by the agent's own engine, as kept across restarts (the file's
-format; agent.vpastate reads and writes it).
+"""What the VPA actuator keeps across restarts (the file's format; agent.vpastate reads and writes it):
+the targets applied by the agent's own engine, and the resizes refused or put off.
 
 Why: where the agent resizes containers, an applied VPA target lives only in the source (the pod spec is
 never changed); after a restart the updater's condition may no longer hold (the pod is inside its
-bounds now), and without this file the pod would be resized back to its spec. One small JSON file in
-the state directory, written atomically on each change; an unreadable file is set aside and counts as
-empty (the next decisions rebuild it), with one warning.
+bounds now), and without this file the pod would be resized back to its spec. A refused resize kept
+here is not sent again after a restart, and `explain` can say why a pod waits. One small JSON file in
+the state directory, written atomically on each change.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agent.model import Resources
-from agent.vpa.policy import ContainerTarget
+from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock
 
 FILE: Final = "vpa-applied.json"
 VERSION: Final = 1
 
-Applied = Mapping[str, tuple[str, tuple[ContainerTarget, ...]]]  # pod uid -> (VPA key, targets)
+Kept = tuple[str, tuple[ContainerTarget, ...]]  # (VPA key, targets)
+
+
+@dataclass(frozen=True, slots=True)
+class ActuatorState:
+    applied: Mapping[str, Kept] = field(default_factory=dict)  # pod uid -> applied by the agent's engine
+    blocked: Mapping[str, Blocked] = field(default_factory=dict)  # pod uid -> refused or put off
 
 
 def _res(r: Resources) -> dict[str, int]:
@@ -41,35 +48,53 @@ def _parse_res(raw: object) -> Resources:
     return Resources(_int(raw.get("cpuMilli")), _int(raw.get("memory")))
 
 
-def dumps(applied: Applied) -> bytes:
-    pods = {
-        uid: {
-            "vpa": vpa,
-            "targets": [
-                {"container": t.container, "requests": _res(t.requests), "limits": _res(t.limits)} for t in targets
-            ],
-        }
-        for uid, (vpa, targets) in sorted(applied.items())
+def _targets(targets: tuple[ContainerTarget, ...]) -> list[dict[str, Any]]:
+    return [{"container": t.container, "requests": _res(t.requests), "limits": _res(t.limits)} for t in targets]
+
+
+def _parse_targets(uid: str, raw: object) -> tuple[ContainerTarget, ...]:
+    if not isinstance(raw, list):
+        raise ValueError(f"pod {uid}: targets must be a list")
+    out = []
+    for t in raw:
+        if not isinstance(t, Mapping) or not isinstance(t.get("container"), str):
+            raise ValueError(f"pod {uid}: a target needs a container name")
+        out.append(ContainerTarget(t["container"], _parse_res(t.get("requests", {})), _parse_res(t.get("limits", {}))))
+    return tuple(out)
+
+
+def dumps(state: ActuatorState) -> bytes:
+    pods = {uid: {"vpa": vpa, "targets": _targets(t)} for uid, (vpa, t) in sorted(state.applied.items())}
+    blocked = {
+        uid: {"vpa": b.vpa, "targets": _targets(b.targets), "state": b.state.value, "message": b.message}
+        for uid, b in sorted(state.blocked.items())
     }
-    return json.dumps({"version": VERSION, "pods": pods}, sort_keys=True).encode()
+    return json.dumps({"version": VERSION, "pods": pods, "blocked": blocked}, sort_keys=True).encode()
 
 
-def loads(data: bytes) -> dict[str, tuple[str, tuple[ContainerTarget, ...]]]:
-    """The applied targets; ValueError naming the problem for anything else."""
+def loads(data: bytes) -> ActuatorState:
+    """The kept state; ValueError naming the problem for anything else."""
     try:
         doc: Any = json.loads(data)
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"not JSON: {err}") from None
     if not isinstance(doc, Mapping) or doc.get("version") != VERSION or not isinstance(doc.get("pods"), Mapping):
-        raise ValueError(f"not a version {VERSION} file of applied VPA targets")
-    out: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = {}
+        raise ValueError(f"not a version {VERSION} file of the VPA actuator's state")
+    applied: dict[str, Kept] = {}
     for uid, rec in doc["pods"].items():
-        if not isinstance(rec, Mapping) or not isinstance(rec.get("vpa"), str) or not isinstance(rec.get("targets"), list):
+        if not isinstance(rec, Mapping) or not isinstance(rec.get("vpa"), str):
             raise ValueError(f"pod {uid}: a record needs vpa and targets")
-        targets = []
-        for t in rec["targets"]:
-            if not isinstance(t, Mapping) or not isinstance(t.get("container"), str):
-                raise ValueError(f"pod {uid}: a target needs a container name")
-            targets.append(ContainerTarget(t["container"], _parse_res(t.get("requests", {})), _parse_res(t.get("limits", {}))))
-        out[str(uid)] = (rec["vpa"], tuple(targets))
-    return out
+        applied[str(uid)] = (rec["vpa"], _parse_targets(uid, rec.get("targets")))
+    blocked: dict[str, Blocked] = {}
+    raw_blocked = doc.get("blocked", {})
+    if not isinstance(raw_blocked, Mapping):
+        raise ValueError("blocked must be a map")
+    for uid, rec in raw_blocked.items():
+        if not isinstance(rec, Mapping) or not isinstance(rec.get("vpa"), str) or not isinstance(rec.get("message", ""), str):
+            raise ValueError(f"pod {uid}: a blocked record needs vpa, targets, state and message")
+        try:
+            state = ResizeBlock(str(rec.get("state")))
+        except ValueError:
+            raise ValueError(f"pod {uid}: state {rec.get('state')!r} is not Infeasible or Deferred") from None
+        blocked[str(uid)] = Blocked(rec["vpa"], _parse_targets(uid, rec.get("targets")), state, rec.get("message", ""))
+    return ActuatorState(applied, blocked)

@@ -293,7 +293,8 @@ class Blocked:
         return f"the resize to the recommendation is {self.state.value}{said}: tried again when the recommendation {then}"
 
 
-def _values(t: ContainerTarget) -> tuple[int | None, ...]:
+def target_values(t: ContainerTarget) -> tuple[int | None, ...]:
+    """(CPU request, memory request, CPU limit, memory limit): what a resize changes."""
     return (t.requests.cpu_milli, t.requests.memory, t.limits.cpu_milli, t.limits.memory)
 
 
@@ -308,7 +309,7 @@ def retry_allowed(blocked: Blocked, targets: Sequence[ContainerTarget]) -> bool:
         old = before.get(t.container)
         if old is None:
             return True
-        if any(n is not None and (o is None or n < o) for n, o in zip(_values(t), _values(old), strict=True)):
+        if any(n is not None and (o is None or n < o) for n, o in zip(target_values(t), target_values(old), strict=True)):
             return True
     return False
 

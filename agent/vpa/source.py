@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from agent.pods.parse import controller_owner, parse_pod, pod_key
 from agent.sources.base import ContainerResources, Proposal
+from agent.vpa.applied import ActuatorState
 from agent.vpa.model import VPA
 from agent.vpa.policy import (
     SAME,
@@ -44,6 +45,7 @@ from agent.vpa.policy import (
     clamped_targets,
     decide,
     retry_allowed,
+    target_values,
     with_local_memory,
 )
 
@@ -119,7 +121,7 @@ class VPASource:
     blocked: dict[str, Blocked] = field(default_factory=dict)  # uid -> the resize refused or put off
     sent: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (vpa, targets) sent through pods/resize
     on_blocked: Callable[[str, str, Blocked], None] | None = None  # (pod key, uid, what) when a resize became blocked
-    on_applied: Callable[[Mapping[str, tuple[str, tuple[ContainerTarget, ...]]]], None] | None = None  # persist `applied`
+    on_state: Callable[[ActuatorState], None] | None = None  # persist `applied` and `blocked` when they change
     ooms: dict[str, dict[str, tuple[float, int | None]]] = field(default_factory=dict)  # pod key -> container -> (when, local memory target)
     record: bool = False  # keep, per pod, the VPA and every container's clamped target (for `explain`)
     records: dict[str, tuple[VPA, tuple[ContainerTarget, ...]]] = field(default_factory=dict)
@@ -181,6 +183,7 @@ class VPASource:
         if verdict.apply:
             if retry_allowed(blocked, verdict.targets):
                 del self.blocked[uid]
+                self._persist()
                 return verdict
             return Verdict(False, blocked.why(), held=verdict.held)
         if verdict.reason == SAME:  # the spec is already at the refused values (pods/resize)
@@ -192,12 +195,17 @@ class VPASource:
     ) -> None:
         """Where the kubelet resizes: what its PodResizePending condition says of what was sent (for
         `explain`, which sent nothing itself: of what the spec asks for now)."""
-        sent = self.sent.get(uid) or (asked if self.record else None)
+        blocked = self.blocked.get(uid)
+        sent = self.sent.get(uid) or ((blocked.vpa, blocked.targets) if blocked else None) or (asked if self.record else None)
         if sent is None:
             return
         pending = resize_pending(raw)
         if pending is None:
-            self.blocked.pop(uid, None)
+            # no condition: accepted if the spec holds what was sent; a resize the API server refused
+            # never reached the spec and stays blocked
+            spec = {t.container: target_values(t) for t in asked[1]}
+            if all(spec.get(t.container) == target_values(t) for t in sent[1]) and self.blocked.pop(uid, None) is not None:
+                self._persist()
             return
         self._block(key, uid, Blocked(sent[0], sent[1], *pending))
 
@@ -209,13 +217,14 @@ class VPASource:
                 return
             if state in (ResizeBlock.INFEASIBLE.value, ResizeBlock.DEFERRED.value):
                 self._block(key, uid, Blocked(kept[0], kept[1], ResizeBlock(state), message))
-            elif state in ("Done", "InProgress"):
-                self.blocked.pop(uid, None)
+            elif state in ("Done", "InProgress") and self.blocked.pop(uid, None) is not None:
+                self._persist()
 
     def _block(self, key: str, uid: str, blocked: Blocked) -> None:
         if self.blocked.get(uid) == blocked:
             return
         self.blocked[uid] = blocked
+        self._persist()
         if self.on_blocked is not None:
             self.on_blocked(key, uid, blocked)
 
@@ -224,13 +233,26 @@ class VPASource:
         with self._lock:
             self.ooms.setdefault(key, {})[container] = (self.now(), memory)
 
+    def refused(self, uid: str, key: str, vpa: str, targets: tuple[ContainerTarget, ...], message: str) -> None:
+        """The API server refused the pods/resize itself (not enough allocatable on the node, invalid):
+        Infeasible, as when the kubelet says so."""
+        with self._lock:
+            self.sent[uid] = (vpa, targets)
+            self._block(key, uid, Blocked(vpa, targets, ResizeBlock.INFEASIBLE, message))
+
     def sent_through_api(self, uid: str, vpa: str, targets: tuple[ContainerTarget, ...]) -> None:
         with self._lock:
             self.sent[uid] = (vpa, targets)
 
     def _persist(self) -> None:
-        if self.on_applied is not None:
-            self.on_applied(dict(self.applied))
+        if self.on_state is not None:
+            self.on_state(ActuatorState(dict(self.applied), dict(self.blocked)))
+
+    def restore(self, state: ActuatorState) -> None:
+        """What was kept before a restart (agent.vpa.applied)."""
+        with self._lock:
+            self.applied = dict(state.applied)
+            self.blocked = dict(state.blocked)
 
     def _verdict(self, pod: str, vpa: str, verdict: Verdict) -> None:
         if self.verdicts.get(pod) != (vpa, verdict) and self.on_verdict is not None:
@@ -255,7 +277,7 @@ class VPASource:
         """Drop what is kept about pods no longer on the node (`uids`, `keys`: those still here)."""
         with self._lock:
             gone = [u for u in (*self.applied, *self.pending, *self.blocked, *self.sent) if u not in uids]
-            had = len(self.applied)
+            had = len(self.applied) + len(self.blocked)
             for uid in gone:
                 for kept in (self.applied, self.pending, self.blocked, self.sent):
                     kept.pop(uid, None)
@@ -263,7 +285,7 @@ class VPASource:
                 self.verdicts.pop(key, None)
                 self.conflicts.pop(key, None)
                 self.ooms.pop(key, None)
-            if len(self.applied) != had:
+            if len(self.applied) + len(self.blocked) != had:
                 self._persist()
             if self.usage is not None:
                 self.usage = {k: v for k, v in self.usage.items() if k in keys}

@@ -226,3 +226,27 @@ def test_an_applied_target_survives_a_restart(env: Env) -> None:
     wait_for(lambda: again.logged("reconcile", scope="pod"), "a pass over the pod")
     assert env.node.read(quota) == "60000"
     assert again.terminate() == 0
+
+
+def test_a_resize_the_api_server_refuses_is_infeasible_and_not_sent_again(env: Env) -> None:
+    """A v1.36 API server refuses a pods/resize beyond the node's allocatable at the request (403 "node
+    didn't have enough allocatable resources"): the same report as the kubelet's Infeasible, and no
+    retry loop — a higher recommendation is not sent, a lower one is."""
+    _cluster(env, kubelet="v1.36.0")
+    env.node.add_pod(_pod())
+    env.publish("web-6d4f-x")
+    uid = env.uid("web-6d4f-x")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.fail("PATCH", "/pods/web-6d4f-x/resize", 403, times=1)
+    env.cluster.put(*VPA_API, _vpa("16", "15", "17"))
+    wait_for(lambda: "VPAResizeInfeasible" in env.cluster.event_reasons(uid), "the VPAResizeInfeasible Event")
+    env.cluster.put(*VPA_API, _vpa("18", "17", "19"))
+    wait_for(lambda: [d for d in daemon.logged("vpa.decision") if "lowers" in d["reason"]], "the higher one held back")
+    time.sleep(1.5)
+    assert len(env.cluster.recorded("PATCH", "/pods/web-6d4f-x/resize")) == 1
+    assert not daemon.logged("vpa.resize_failed")
+    env.cluster.put(*VPA_API, _vpa("4", "3", "5"))
+    wait_for(lambda: len(env.cluster.recorded("PATCH", "/pods/web-6d4f-x/resize")) == 2, "the lower one sent")
+    _never_evicted(env)
+    assert daemon.terminate() == 0

@@ -1,6 +1,6 @@
 """What becomes of a VPA-driven resize the node refuses (Infeasible) or puts off (Deferred): reported once,
 and sent again only when the recommendation lowers (Infeasible) or changes (Deferred); an OOM kill the
-node saw acts at once; applied targets survive a restart (agent.vpa.store)."""
+node saw acts at once; applied targets and refused resizes survive a restart (agent.vpa.applied)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from agent.model import Resources
 from agent.pods.parse import parse_pod
 from agent.recommender.publish import RECOMMENDER_NAME
-from agent.vpa.applied import FILE, dumps, loads
+from agent.vpa.applied import FILE, ActuatorState, dumps, loads
 from agent.vpa.model import VPA, Recommendation, UpdateMode
 from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock, retry_allowed
 from agent.vpa.source import LOCAL_RECOMMENDER, VPASource, resize_pending
@@ -175,24 +175,46 @@ def test_an_old_oom_is_no_quick_oom() -> None:
     assert parse_pod(_raw(started="2026-11-25T00:00:00Z"), sources=(src,)).containers[0].requests.cpu_milli == 100
 
 
-def test_applied_targets_round_trip_and_a_damaged_file_is_set_aside(tmp_path: Path) -> None:
+def test_the_kept_state_round_trips_and_a_damaged_file_is_set_aside(tmp_path: Path) -> None:
     applied = {"uid-web": ("shop/web", (_t(300), ContainerTarget("side", Resources(None, 5 * MI), Resources(None, None))))}
-    assert loads(dumps(applied)) == applied
-    assert load(tmp_path) == ({}, None)
-    save(tmp_path, applied)
-    assert load(tmp_path) == (applied, None)
-    for bad in (b"", b"{", b'{"version": 2, "pods": {}}', b'{"version": 1, "pods": {"u": {"vpa": "x", "targets": [{"container": "a", "requests": {"cpuMilli": -1}}]}}}'):
+    blocked = {"uid-db": Blocked("shop/db", (_t(4000),), ResizeBlock.INFEASIBLE, "403 node didn't have enough allocatable resources")}
+    state = ActuatorState(applied, blocked)
+    assert loads(dumps(state)) == state
+    assert load(tmp_path) == (ActuatorState(), None)
+    save(tmp_path, state)
+    assert load(tmp_path) == (state, None)
+    for bad in (
+        b"", b"{", b'{"version": 2, "pods": {}}',
+        b'{"version": 1, "pods": {"u": {"vpa": "x", "targets": [{"container": "a", "requests": {"cpuMilli": -1}}]}}}',
+        b'{"version": 1, "pods": {}, "blocked": {"u": {"vpa": "x", "targets": [], "state": "Maybe"}}}',
+        b'{"version": 1, "pods": {}, "blocked": []}',
+    ):
         (tmp_path / FILE).write_bytes(bad)
         got, warning = load(tmp_path)
-        assert got == {} and warning is not None and "set aside" in warning
+        assert got == ActuatorState() and warning is not None and "set aside" in warning
         assert (tmp_path / (FILE + ".bad")).read_bytes() == bad
 
 
-def test_the_source_persists_what_it_applies_and_what_it_forgets() -> None:
-    saved: list[dict[str, Any]] = []
-    src = VPASource((_vpa(300, 200),), OWNERS, now=lambda: 1e10, on_applied=lambda a: saved.append(dict(a)))
+def test_the_source_persists_what_it_applies_blocks_and_forgets() -> None:
+    saved: list[ActuatorState] = []
+    src = VPASource((_vpa(300, 200),), OWNERS, now=lambda: 1e10, on_state=saved.append)
     parse_pod(_raw(), sources=(src,))
     parse_pod(_raw(), sources=(src,))  # the same target again: no write
-    assert len(saved) == 1 and saved[0]["uid-web"][1][0].requests.cpu_milli == 300
+    assert len(saved) == 1 and saved[0].applied["uid-web"][1][0].requests.cpu_milli == 300
+    src.observe_status("uid-web", KEY, "Infeasible", "too big")
+    assert saved[-1].blocked["uid-web"].message == "too big" and len(saved) == 2
     src.prune(set(), set())
-    assert saved[-1] == {} and len(saved) == 2
+    assert saved[-1] == ActuatorState() and len(saved) == 3
+
+
+def test_a_refused_resize_restored_after_a_restart_is_not_sent_again() -> None:
+    """Where the kubelet resizes, a pods/resize the API server refused never reaches the spec; the
+    restarted agent must not send the same again (nor a higher one)."""
+    refused = Blocked("shop/web", (_t(4000),), ResizeBlock.INFEASIBLE, "403 node didn't have enough allocatable resources")
+    src = VPASource((_vpa(4000, 3000),), OWNERS, now=lambda: 1e10, propose_changes=False)
+    src.restore(ActuatorState(blocked={"uid-web": refused}))
+    src.propose(_raw())  # the spec is still 100m: no condition, and the spec does not hold what was refused
+    assert src.take_pending() == {} and "lowers" in src.verdicts[KEY][1].reason
+    src.vpas = (_vpa(2000, 1500),)
+    src.propose(_raw())
+    assert [t[3][0].requests.cpu_milli for t in src.take_pending().values()] == [2000]
