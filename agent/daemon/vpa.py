@@ -104,6 +104,7 @@ class VPAComponent:
             "vpa.decision", pod=pod, vpa=vpa, apply=v.apply, reason=v.reason, held=list(v.held)
         )
         source.on_blocked = self._blocked
+        source.on_conflict = self._conflict
         source.on_state = self._save_state
         ctx.on_oom.append(self._oom)
         if not via_api:
@@ -119,6 +120,12 @@ class VPAComponent:
         self.ctx.metrics.vpa_resizes.labels(state.lower()).inc()
         self.ctx.event(uid, f"VPAResize{state}", message[:1000], blocked.state is ResizeBlock.INFEASIBLE)
         log.warning("vpa.resize_blocked", pod=pod, vpa=blocked.vpa, state=state, message=blocked.message)
+
+    def _conflict(self, pod: str, uid: str, vpas: tuple[str, ...]) -> None:
+        """Two VPAs target one pod's owner chain: left alone, never guessed; said once (Event + log)."""
+        message = f"VPAs {', '.join(vpas)} all target this pod's owner chain: no VPA-driven change until one remains"
+        log.warning("vpa.conflict", pod=pod, vpas=list(vpas), message=message)
+        self.ctx.event(uid, "VPAConflict", message, True)
 
     def _statuses(self, statuses: Sequence[ResizeStatus]) -> None:
         """The engine's resize states (where the agent resizes): follow those of VPA-driven resizes."""

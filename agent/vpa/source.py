@@ -121,6 +121,7 @@ class VPASource:
     blocked: dict[str, Blocked] = field(default_factory=dict)  # uid -> the resize refused or put off
     sent: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (vpa, targets) sent through pods/resize
     on_blocked: Callable[[str, str, Blocked], None] | None = None  # (pod key, uid, what) when a resize became blocked
+    on_conflict: Callable[[str, str, tuple[str, ...]], None] | None = None  # (pod key, uid, VPAs) when it starts
     on_state: Callable[[ActuatorState], None] | None = None  # persist `applied` and `blocked` when they change
     ooms: dict[str, dict[str, tuple[float, int | None]]] = field(default_factory=dict)  # pod key -> container -> (when, local memory target)
     record: bool = False  # keep, per pod, the VPA and every container's clamped target (for `explain`)
@@ -134,6 +135,8 @@ class VPASource:
         res = resolve(namespace, owner_chain(namespace, controller_owner(meta), self.owners), self.vpas)
         with self._lock:
             if res.conflict:
+                if self.conflicts.get(key) != res.conflict and self.on_conflict is not None:
+                    self.on_conflict(key, str(meta.get("uid") or ""), res.conflict)
                 self.conflicts[key] = res.conflict
             else:
                 self.conflicts.pop(key, None)

@@ -250,3 +250,27 @@ def test_a_resize_the_api_server_refuses_is_infeasible_and_not_sent_again(env: E
     wait_for(lambda: len(env.cluster.recorded("PATCH", "/pods/web-6d4f-x/resize")) == 2, "the lower one sent")
     _never_evicted(env)
     assert daemon.terminate() == 0
+
+
+def test_two_vpas_on_one_pod_leave_it_alone_with_an_event(env: Env) -> None:
+    _cluster(env)
+    env.node.add_pod(_pod())
+    env.publish("web-6d4f-x")
+    uid = env.uid("web-6d4f-x")
+    quota = env.node.container_path("web-6d4f-x", "app", "cpu.cfs_quota_us")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _vpa("300m", "200m", "400m"))
+    other = _vpa("500m", "450m", "600m")
+    other["metadata"]["name"] = "web-rs"
+    other["spec"]["targetRef"] = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4f"}
+    env.cluster.put(*VPA_API, other)
+    wait_for(lambda: "VPAConflict" in env.cluster.event_reasons(uid), "the VPAConflict Event")
+    [logged] = wait_for(lambda: daemon.logged("vpa.conflict"), "the log line")
+    assert logged["vpas"] == ["default/web", "default/web-rs"]
+    # whatever was applied before the second VPA came stays; nothing new is applied while both claim it
+    before = env.node.read(quota)
+    env.cluster.put(*VPA_API, _vpa("700m", "650m", "800m"))
+    time.sleep(1.0)
+    assert env.node.read(quota) == before and env.cluster.event_reasons(uid).count("VPAConflict") == 1
+    assert daemon.terminate() == 0
