@@ -16,6 +16,7 @@ CORE = [
     *sorted((ROOT / "agent" / "plan").glob("*.py")),
     *sorted((ROOT / "agent" / "sources").glob("*.py")),
     *sorted((ROOT / "agent" / "vpa").glob("*.py")),
+    *sorted((ROOT / "agent" / "rollout").glob("*.py")),
     *(ROOT / "agent" / "recommender" / n for n in ("histogram.py", "model.py", "estimate.py", "counters.py", "state.py")),
     *(ROOT / "cgroupfs" / n for n in ("types.py", "naming.py", "layout.py", "convert.py")),
 ]
