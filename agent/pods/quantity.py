@@ -63,3 +63,14 @@ def to_milli(value: object, what: str) -> int:
 def to_int(value: object, what: str) -> int:
     """Whole units (bytes), rounded up as Quantity.Value() does."""
     return math.ceil(parse(value, what))
+
+
+def parse_any(value: object) -> Decimal:
+    """A quantity as the client parses it, negative ones included (for comparing values, not admitting
+    them); ValueError when it is none."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"{value!r} is not a quantity")
+    try:
+        return _parser()(value)
+    except ArithmeticError as err:
+        raise ValueError(f"{value!r} is not a quantity") from err

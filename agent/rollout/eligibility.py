@@ -13,11 +13,10 @@ env, commands and everything else still mean Recreate.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
-
-from agent.pods.quantity import QuantityError, parse
 
 
 class Kind(enum.StrEnum):
@@ -42,26 +41,26 @@ class Change:
     resources: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # container -> new resources
 
 
-def _quantity(v: Any) -> Any:
-    try:
-        return ("quantity", parse(v, "quantity").normalize())
-    except QuantityError:
-        return v
+Quantity = Callable[[object], Decimal]
+"""A quantity parser (agent.pods.quantity.parse_any): injected, so this module stays pure."""
 
 
-def normalized(v: Any, in_resources: bool = False) -> Any:
+def normalized(v: Any, quantity: Quantity, in_resources: bool = False) -> Any:
     """The value as Semantic.DeepEqual sees it: empty lists/maps and nulls dropped, quantities by value."""
     if isinstance(v, Mapping):
         out = {}
         for k, x in v.items():
-            n = normalized(x, in_resources or k in ("resources", "overhead"))
+            n = normalized(x, quantity, in_resources or k in ("resources", "overhead"))
             if n not in (None, [], {}):
                 out[k] = n
         return out
     if isinstance(v, list):
-        return [normalized(x, in_resources) for x in v]
+        return [normalized(x, quantity, in_resources) for x in v]
     if in_resources and isinstance(v, str | int | float) and not isinstance(v, bool):
-        return _quantity(v)
+        try:
+            return ("quantity", quantity(v).normalize())
+        except ValueError:
+            return v
     return v
 
 
@@ -90,7 +89,9 @@ def _map_changes(cur: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, st
     return out
 
 
-def classify(current: Mapping[str, Any], update: Mapping[str, Any], opts: Options = Options()) -> Change:
+def classify(
+    current: Mapping[str, Any], update: Mapping[str, Any], quantity: Quantity, opts: Options = Options()
+) -> Change:
     """How a pod made from template `current` reaches template `update` (both PodTemplateSpecs)."""
     cur_spec = dict(current.get("spec") or {})
     upd_spec = dict(update.get("spec") or {})
@@ -105,11 +106,11 @@ def classify(current: Mapping[str, Any], update: Mapping[str, Any], opts: Option
             images[str(upd.get("name"))] = str(upd.get("image"))
             cur["image"] = upd.get("image")
         same_name = cur.get("name") == upd.get("name")
-        if opts.resources_in_place and same_name and normalized(cur.get("resources"), True) != normalized(upd.get("resources"), True):
+        if opts.resources_in_place and same_name and normalized(cur.get("resources"), quantity, True) != normalized(upd.get("resources"), quantity, True):
             resources[str(upd.get("name"))] = dict(upd.get("resources") or {})
             cur["resources"] = upd.get("resources")
     cur_spec["containers"] = cur_containers
-    differs = first_difference(normalized(cur_spec), normalized(upd_spec))
+    differs = first_difference(normalized(cur_spec, quantity), normalized(upd_spec, quantity))
     if differs is not None:
         return Change(Kind.RECREATE, f"spec.{differs} differs (only images{' and resources' if opts.resources_in_place else ''} change in place)")
     cur_meta, upd_meta = current.get("metadata") or {}, update.get("metadata") or {}

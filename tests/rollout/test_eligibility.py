@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agent.pods.quantity import parse_any as Q
 from agent.rollout.eligibility import Kind, Options, classify, normalized, template_of
 
 
@@ -63,7 +64,7 @@ CASES = [
 def test_classify(what: str, update: dict[str, Any], opts: Options, kind: Kind, images: dict[str, str]) -> None:
     current = _template()
     before = copy.deepcopy(current)
-    change = classify(current, update, opts)
+    change = classify(current, update, Q, opts)
     assert change.kind is kind, change.reason
     assert dict(change.images) == images
     assert current == before  # the inputs are not touched
@@ -72,27 +73,28 @@ def test_classify(what: str, update: dict[str, Any], opts: Options, kind: Kind, 
 def test_a_container_added_is_recreate_with_the_reason() -> None:
     update = _template()
     update["spec"]["containers"].append({"name": "log", "image": "log:1"})
-    change = classify(_template(), update)
+    change = classify(_template(), update, Q)
     assert change.kind is Kind.RECREATE and change.reason == "the number of containers changed (2 → 3)"
 
 
 def test_the_reason_names_the_first_difference() -> None:
-    change = classify(_template(), _with(spec__containers__0__env=[{"name": "A", "value": "1"}], spec__containers__1__image="proxy:2"))
+    change = classify(_template(), _with(spec__containers__0__env=[{"name": "A", "value": "1"}], spec__containers__1__image="proxy:2"), Q)
     assert change.kind is Kind.RECREATE and change.reason.startswith("spec.containers[0].env differs")
 
 
 def test_resources_and_labels_together_carry_what_to_patch() -> None:
     update = _with(spec__containers__0__resources={"requests": {"cpu": "2"}}, metadata={"labels": {"tier": "x"}})
-    change = classify(_template(), update, Options(metadata_in_place=True, resources_in_place=True))
+    change = classify(_template(), update, Q, Options(metadata_in_place=True, resources_in_place=True))
     assert change.kind is Kind.IN_PLACE
     assert dict(change.resources) == {"db": {"requests": {"cpu": "2"}}}
     assert dict(change.labels) == {"tier": "x", "app": None}  # app removed, tier added
 
 
 def test_normalized_keeps_what_matters() -> None:
-    assert normalized({"a": [], "b": {}, "c": None, "d": 0, "e": False}) == {"d": 0, "e": False}
-    assert normalized({"resources": {"limits": {"cpu": "500m"}}}) == normalized({"resources": {"limits": {"cpu": "0.5"}}})
-    assert normalized({"image": "1"}) != normalized({"image": "1.0"})  # only quantities compare by value
+    assert normalized({"a": [], "b": {}, "c": None, "d": 0, "e": False}, Q) == {"d": 0, "e": False}
+    assert normalized({"resources": {"limits": {"cpu": "500m"}}}, Q) == normalized({"resources": {"limits": {"cpu": "0.5"}}}, Q)
+    assert normalized({"image": "1"}, Q) != normalized({"image": "1.0"}, Q)
+    assert normalized({"resources": {"limits": {"cpu": "lots"}}}, Q) == {"resources": {"limits": {"cpu": "lots"}}}  # only quantities compare by value
 
 
 def test_the_template_of_a_controller_revision() -> None:
