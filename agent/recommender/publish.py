@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from agent.lease import acquire, micro
 from agent.model import PodView
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.estimate import recommend
@@ -96,19 +97,6 @@ def status_for(settings: RecommenderSettings, merged: Mapping[str, ContainerHist
     return {"recommendation": {"containerRecommendations": [as_vpa(i) for i in items]}, "conditions": conditions}
 
 
-def _micro(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse_micro(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None  # an unreadable renewTime counts as expired
-
-
 # ---- shell ----
 
 @dataclass(slots=True)
@@ -162,7 +150,7 @@ class Publisher:
             "apiVersion": f"{PARTIAL[0]}/{PARTIAL[1]}",
             "kind": "RecommendationPartial",
             "metadata": {"name": obj_name, "namespace": ns, "labels": {LABEL_VPA: vpa, LABEL_NODE: self.node}},
-            "spec": {"vpaName": vpa, "node": self.node, "updated": _micro(self.clock()),
+            "spec": {"vpaName": vpa, "node": self.node, "updated": micro(self.clock()),
                      "containers": json.loads(json.dumps({c: h.to_dict() for c, h in mine.items()}))},
         }
         try:
@@ -174,41 +162,4 @@ class Publisher:
 
     def _lead(self, ns: str, vpa: str) -> bool:
         """Hold (or take over an expired) Lease `kcg-rec-<vpa>`; a conflict means another node won."""
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        co: Any = client.CoordinationV1Api(self.api)
-        name, now = f"kcg-rec-{vpa}"[:253], self.clock()
-        try:
-            lease = co.read_namespaced_lease(name, ns, _preload_content=False)
-            data = json.loads(lease.data)
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            body = {"metadata": {"name": name, "namespace": ns}, "spec": {
-                "holderIdentity": self.node, "leaseDurationSeconds": LEASE_SECONDS, "acquireTime": _micro(now), "renewTime": _micro(now)}}
-            try:
-                co.create_namespaced_lease(ns, body)
-                return True
-            except ApiException as create_err:
-                if create_err.status == 409:
-                    return False
-                raise
-        spec = data.get("spec") or {}
-        holder = spec.get("holderIdentity")
-        renewed = _parse_micro(spec.get("renewTime")) or 0.0
-        expired = renewed + float(spec.get("leaseDurationSeconds") or LEASE_SECONDS) < now
-        if holder != self.node and not expired:
-            return False
-        spec = {**spec, "holderIdentity": self.node, "renewTime": _micro(now), "leaseDurationSeconds": LEASE_SECONDS}
-        if holder != self.node:
-            spec["acquireTime"] = _micro(now)
-            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
-        data["spec"] = spec
-        try:
-            co.replace_namespaced_lease(name, ns, data)
-        except ApiException as err:
-            if err.status == 409:
-                return False  # another node renewed or took it first
-            raise
-        return True
+        return acquire(self.api, ns, f"kcg-rec-{vpa}"[:253], self.node, LEASE_SECONDS, self.clock)
