@@ -166,6 +166,7 @@ class CRIClient:
             ],
         )
         self._stub = pb_grpc.RuntimeServiceStub(self._channel)
+        self._images = pb_grpc.ImageServiceStub(self._channel)
 
     # ---- lifecycle ----
 
@@ -263,12 +264,30 @@ class CRIClient:
             "StopContainer", request, container_id=container_id, timeout=timeout_s + self.update_timeout
         )
 
+    # ---- images (the rollout's pre-pull) ----
+
+    def image_present(self, image: str) -> bool:
+        """Whether the runtime has the image (ImageStatus answers no image when it has none)."""
+        response = self._call("ImageStatus", pb.ImageStatusRequest(image=pb.ImageSpec(image=image)), images=True)
+        return response.HasField("image") and bool(response.image.id)
+
+    def pull_image(self, image: str, timeout_s: float = 600.0) -> str:
+        """Pull without credentials; the image's reference (ID or digest) as the runtime names it."""
+        response = self._call("PullImage", pb.PullImageRequest(image=pb.ImageSpec(image=image)), images=True, timeout=timeout_s)
+        return str(response.image_ref)
+
     # ---- plumbing ----
 
     def _call(
-        self, rpc: str, request: Message, *, container_id: str | None = None, timeout: float | None = None
+        self,
+        rpc: str,
+        request: Message,
+        *,
+        container_id: str | None = None,
+        timeout: float | None = None,
+        images: bool = False,
     ) -> Any:
-        method = getattr(self._stub, rpc)
+        method = getattr(self._images if images else self._stub, rpc)
         delays = self._retry.delays()
         for attempt in range(len(delays) + 1):
             try:

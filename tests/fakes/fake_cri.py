@@ -389,6 +389,27 @@ class FakeRuntimeService(pb_grpc.RuntimeServiceServicer):
         return pb.StopContainerResponse()
 
 
+class FakeImageService(pb_grpc.ImageServiceServicer):
+    """ImageStatus and PullImage over a set of present images; calls and queued errors are kept on the
+    runtime servicer (`calls_of("PullImage")`), so one fake records everything."""
+
+    def __init__(self, runtime: FakeRuntimeService) -> None:
+        self.runtime = runtime
+        self.present: set[str] = set()
+
+    def ImageStatus(self, request: pb.ImageStatusRequest, context: grpc.ServicerContext) -> pb.ImageStatusResponse:  # noqa: N802
+        self.runtime._enter("ImageStatus", request, context)
+        ref = request.image.image
+        if ref in self.present:
+            return pb.ImageStatusResponse(image=pb.Image(id="sha256:" + hashlib.sha256(ref.encode()).hexdigest()))
+        return pb.ImageStatusResponse()
+
+    def PullImage(self, request: pb.PullImageRequest, context: grpc.ServicerContext) -> pb.PullImageResponse:  # noqa: N802
+        self.runtime._enter("PullImage", request, context)
+        self.present.add(request.image.image)
+        return pb.PullImageResponse(image_ref="sha256:" + hashlib.sha256(request.image.image.encode()).hexdigest())
+
+
 @dataclass
 class FakeCRI:
     """A running fake: `service` holds the state, `endpoint` is what a CRIClient connects to."""
@@ -397,6 +418,7 @@ class FakeCRI:
     endpoint: str
     socket: Path
     server: grpc.Server
+    images: FakeImageService
 
 
 def _socket_path(directory: Path) -> tuple[Path, Path | None]:
@@ -415,10 +437,12 @@ def running_fake_cri(directory: Path, service: FakeRuntimeService | None = None)
     sock, extra_dir = _socket_path(directory)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     pb_grpc.add_RuntimeServiceServicer_to_server(service, server)
+    images = FakeImageService(service)
+    pb_grpc.add_ImageServiceServicer_to_server(images, server)
     server.add_insecure_port(f"unix:{sock}")
     server.start()
     try:
-        yield FakeCRI(service=service, endpoint=f"unix://{sock}", socket=sock, server=server)
+        yield FakeCRI(service=service, endpoint=f"unix://{sock}", socket=sock, server=server, images=images)
     finally:
         server.stop(grace=None).wait()
         sock.unlink(missing_ok=True)

@@ -12,7 +12,8 @@ fields and our requests decode on the runtime side as the real messages.
 The service declares fewer rpcs than a runtime implements; that is allowed (gRPC routes by the
 "/runtime.v1.RuntimeService/<Rpc>" path). The rpcs are in two groups:
   * used by the agent: Version, ListPodSandbox, PodSandboxStatus, ListContainers, ContainerStatus,
-    UpdateContainerResources, UpdatePodSandboxResources, StopContainer;
+    UpdateContainerResources, UpdatePodSandboxResources, StopContainer; ImageService's ImageStatus
+    and PullImage (the rollout's pre-pull);
   * used by the e2e harness only (tests/e2e): RunPodSandbox, StopPodSandbox, RemovePodSandbox,
     CreateContainer, StartContainer, RemoveContainer, ExecSync. The agent never creates or removes
     anything.
@@ -1171,6 +1172,112 @@ class StopContainerResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StopContainerResponse: _TypeAlias = StopContainerResponse  # noqa: Y015
+
+@_typing.final
+class Image(_message.Message):
+    """Omitted: repo_tags = 2, repo_digests = 3, size = 4, uid = 5, username = 6, spec = 7, pinned = 8."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Image: _TypeAlias = Image  # noqa: Y015
+
+@_typing.final
+class ImageStatusRequest(_message.Message):
+    """Omitted: verbose = 2."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def image(self) -> Global___ImageSpec: ...
+    def __init__(
+        self,
+        *,
+        image: Global___ImageSpec | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["image", b"image"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImageStatusRequest: _TypeAlias = ImageStatusRequest  # noqa: Y015
+
+@_typing.final
+class ImageStatusResponse(_message.Message):
+    """Omitted: info = 2."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def image(self) -> Global___Image: ...
+    def __init__(
+        self,
+        *,
+        image: Global___Image | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["image", b"image"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImageStatusResponse: _TypeAlias = ImageStatusResponse  # noqa: Y015
+
+@_typing.final
+class PullImageRequest(_message.Message):
+    """Omitted: auth = 2, sandbox_config = 3."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def image(self) -> Global___ImageSpec: ...
+    def __init__(
+        self,
+        *,
+        image: Global___ImageSpec | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["image", b"image"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PullImageRequest: _TypeAlias = PullImageRequest  # noqa: Y015
+
+@_typing.final
+class PullImageResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMAGE_REF_FIELD_NUMBER: _builtins.int
+    image_ref: _builtins.str
+    def __init__(
+        self,
+        *,
+        image_ref: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["image_ref", b"image_ref"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PullImageResponse: _TypeAlias = PullImageResponse  # noqa: Y015
 
 @_typing.final
 class ImageSpec(_message.Message):

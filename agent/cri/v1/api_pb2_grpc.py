@@ -711,3 +711,126 @@ class RuntimeService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ImageServiceStub:
+    """The agent's rollout pre-pulls a new image before it stops anything (ImageStatus first: a present
+    image is not pulled again, as the kubelet's IfNotPresent).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ImageStatus = channel.unary_unary(
+                '/runtime.v1.ImageService/ImageStatus',
+                request_serializer=runtime_dot_v1_dot_api__pb2.ImageStatusRequest.SerializeToString,
+                response_deserializer=runtime_dot_v1_dot_api__pb2.ImageStatusResponse.FromString,
+                _registered_method=True)
+        self.PullImage = channel.unary_unary(
+                '/runtime.v1.ImageService/PullImage',
+                request_serializer=runtime_dot_v1_dot_api__pb2.PullImageRequest.SerializeToString,
+                response_deserializer=runtime_dot_v1_dot_api__pb2.PullImageResponse.FromString,
+                _registered_method=True)
+
+
+class ImageServiceServicer:
+    """The agent's rollout pre-pulls a new image before it stops anything (ImageStatus first: a present
+    image is not pulled again, as the kubelet's IfNotPresent).
+    """
+
+    def ImageStatus(self, request, context):
+        """ImageStatus returns the status of the image; `image` is unset when it is not present.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullImage(self, request, context):
+        """PullImage pulls an image (without credentials: a private image is left to the kubelet).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ImageServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ImageStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImageStatus,
+                    request_deserializer=runtime_dot_v1_dot_api__pb2.ImageStatusRequest.FromString,
+                    response_serializer=runtime_dot_v1_dot_api__pb2.ImageStatusResponse.SerializeToString,
+            ),
+            'PullImage': grpc.unary_unary_rpc_method_handler(
+                    servicer.PullImage,
+                    request_deserializer=runtime_dot_v1_dot_api__pb2.PullImageRequest.FromString,
+                    response_serializer=runtime_dot_v1_dot_api__pb2.PullImageResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'runtime.v1.ImageService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('runtime.v1.ImageService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ImageService:
+    """The agent's rollout pre-pulls a new image before it stops anything (ImageStatus first: a present
+    image is not pulled again, as the kubelet's IfNotPresent).
+    """
+
+    @staticmethod
+    def ImageStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.ImageService/ImageStatus',
+            runtime_dot_v1_dot_api__pb2.ImageStatusRequest.SerializeToString,
+            runtime_dot_v1_dot_api__pb2.ImageStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullImage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.ImageService/PullImage',
+            runtime_dot_v1_dot_api__pb2.PullImageRequest.SerializeToString,
+            runtime_dot_v1_dot_api__pb2.PullImageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

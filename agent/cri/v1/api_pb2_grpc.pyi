@@ -12,7 +12,8 @@ fields and our requests decode on the runtime side as the real messages.
 The service declares fewer rpcs than a runtime implements; that is allowed (gRPC routes by the
 "/runtime.v1.RuntimeService/<Rpc>" path). The rpcs are in two groups:
   * used by the agent: Version, ListPodSandbox, PodSandboxStatus, ListContainers, ContainerStatus,
-    UpdateContainerResources, UpdatePodSandboxResources, StopContainer;
+    UpdateContainerResources, UpdatePodSandboxResources, StopContainer; ImageService's ImageStatus
+    and PullImage (the rollout's pre-pull);
   * used by the e2e harness only (tests/e2e): RunPodSandbox, StopPodSandbox, RemovePodSandbox,
     CreateContainer, StartContainer, RemoveContainer, ExecSync. The agent never creates or removes
     anything.
@@ -235,3 +236,52 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_api_pb2.ExecSyncResponse, _abc.Awaitable[_api_pb2.ExecSyncResponse]]: ...
 
 def add_RuntimeServiceServicer_to_server(servicer: RuntimeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ImageServiceStub:
+    """The agent's rollout pre-pulls a new image before it stops anything (ImageStatus first: a present
+    image is not pulled again, as the kubelet's IfNotPresent).
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ImageServiceAsyncStub: ...
+    ImageStatus: _grpc.UnaryUnaryMultiCallable[_api_pb2.ImageStatusRequest, _api_pb2.ImageStatusResponse]
+    """ImageStatus returns the status of the image; `image` is unset when it is not present."""
+    PullImage: _grpc.UnaryUnaryMultiCallable[_api_pb2.PullImageRequest, _api_pb2.PullImageResponse]
+    """PullImage pulls an image (without credentials: a private image is left to the kubelet)."""
+
+@_typing.type_check_only
+class ImageServiceAsyncStub(ImageServiceStub):
+    """The agent's rollout pre-pulls a new image before it stops anything (ImageStatus first: a present
+    image is not pulled again, as the kubelet's IfNotPresent).
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    ImageStatus: _aio.UnaryUnaryMultiCallable[_api_pb2.ImageStatusRequest, _api_pb2.ImageStatusResponse]  # type: ignore[assignment]
+    """ImageStatus returns the status of the image; `image` is unset when it is not present."""
+    PullImage: _aio.UnaryUnaryMultiCallable[_api_pb2.PullImageRequest, _api_pb2.PullImageResponse]  # type: ignore[assignment]
+    """PullImage pulls an image (without credentials: a private image is left to the kubelet)."""
+
+class ImageServiceServicer(metaclass=_abc_1.ABCMeta):
+    """The agent's rollout pre-pulls a new image before it stops anything (ImageStatus first: a present
+    image is not pulled again, as the kubelet's IfNotPresent).
+    """
+
+    @_abc_1.abstractmethod
+    def ImageStatus(
+        self,
+        request: _api_pb2.ImageStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.ImageStatusResponse, _abc.Awaitable[_api_pb2.ImageStatusResponse]]:
+        """ImageStatus returns the status of the image; `image` is unset when it is not present."""
+
+    @_abc_1.abstractmethod
+    def PullImage(
+        self,
+        request: _api_pb2.PullImageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_api_pb2.PullImageResponse, _abc.Awaitable[_api_pb2.PullImageResponse]]:
+        """PullImage pulls an image (without credentials: a private image is left to the kubelet)."""
+
+def add_ImageServiceServicer_to_server(servicer: ImageServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
