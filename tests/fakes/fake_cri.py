@@ -397,14 +397,14 @@ class FakeImageService(pb_grpc.ImageServiceServicer):
         self.runtime = runtime
         self.present: set[str] = set()
 
-    def ImageStatus(self, request: pb.ImageStatusRequest, context: grpc.ServicerContext) -> pb.ImageStatusResponse:  # noqa: N802
+    def ImageStatus(self, request: pb.ImageStatusRequest, context: grpc.ServicerContext) -> pb.ImageStatusResponse:
         self.runtime._enter("ImageStatus", request, context)
         ref = request.image.image
         if ref in self.present:
             return pb.ImageStatusResponse(image=pb.Image(id="sha256:" + hashlib.sha256(ref.encode()).hexdigest()))
         return pb.ImageStatusResponse()
 
-    def PullImage(self, request: pb.PullImageRequest, context: grpc.ServicerContext) -> pb.PullImageResponse:  # noqa: N802
+    def PullImage(self, request: pb.PullImageRequest, context: grpc.ServicerContext) -> pb.PullImageResponse:
         self.runtime._enter("PullImage", request, context)
         self.present.add(request.image.image)
         return pb.PullImageResponse(image_ref="sha256:" + hashlib.sha256(request.image.image.encode()).hexdigest())
