@@ -69,6 +69,12 @@ class Metrics:
         self.vpa_resizes = Counter(
             f"{PREFIX}_vpa_resizes_total", "VPA-driven resizes by outcome: sent (pods/resize), error, done (the agent's engine), infeasible, deferred.", ["outcome"], registry=r
         )
+        self.rollout_pods = Counter(
+            f"{PREFIX}_rollout_pods_total",
+            "Pods of opted-in StatefulSets and DaemonSets updated by this node's agent, by how: in-place, recreated, failed.",
+            ["how"],
+            registry=r,
+        )
         self.tier_shortfall = Gauge(
             f"{PREFIX}_tier_memory_shortfall_bytes",
             "A QoS tier's memory limit above what qos-reserved asks: the kernel would not lower it below "

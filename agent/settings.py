@@ -19,6 +19,7 @@ from agent.durations import parse_duration_us
 from agent.errors import PermanentError
 from agent.model import CPUWeightFormula, Resources
 from agent.recommender.config import RecommenderSettings, parse_recommender
+from agent.rollout.config import RolloutSettings, parse_rollout_settings
 from agent.vpa.config import VPASettings, parse_vpa_settings
 from cgroupfs.naming import parse_cgroup_root
 from cgroupfs.types import CgroupName, DriverKind, NameError_
@@ -89,6 +90,7 @@ class Settings:
     explicit: frozenset[str] = frozenset()
     recommender: RecommenderSettings = field(default_factory=RecommenderSettings)  # the local recommender
     vpa: VPASettings = field(default_factory=VPASettings)  # VPA in place (agent.vpa)
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)  # graceful in-place updates (agent.rollout)
     # where the resize and pod-level annotations are honoured (None: every namespace; SECURITY.md)
     annotation_namespaces: frozenset[str] | None = None
     inherited: Mapping[str, str] = field(
@@ -350,6 +352,7 @@ _KEYS: Final[dict[str, tuple[str, Any]]] = {
     "enforceNodeAllocatable": ("enforce_node_allocatable", _enforce),
     "recommender": ("recommender", parse_recommender),
     "vpa": ("vpa", parse_vpa_settings),
+    "rollout": ("rollout", parse_rollout_settings),
     "annotationNamespaces": ("annotation_namespaces", lambda v: _namespaces(v)),
 }
 _PATH_KEYS: Final = {"cgroupfs", "pods", "stateDir", "kubeconfig", "kubeletConfig"}

@@ -39,9 +39,10 @@ def factories() -> list[ComponentFactory]:
     """Every component the daemon runs beside the pod loop, in start order; each decides from the
     settings whether it runs (agent.daemon.components)."""
     from agent.daemon.recommender import recommender_component
+    from agent.daemon.rollout import rollout_component
     from agent.daemon.vpa import vpa_component
 
-    return [recommender_component, vpa_component]
+    return [recommender_component, vpa_component, rollout_component]
 
 
 def check_settings(settings: Settings) -> list[str]:
@@ -239,6 +240,7 @@ def run(settings: Settings) -> int:
     context.refresh = daemon.refresh
     context.pods = daemon.views
     context.event = daemon.event
+    context.event_on = reporter.event
     daemon.status_hooks = context.on_statuses
     metrics.follow_readiness(daemon.ready)
     from agent.version import VERSION, commit

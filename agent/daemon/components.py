@@ -36,6 +36,8 @@ class DaemonContext:
     pods: Callable[[], list[PodView]] = list  # the node's pods as last seen (set by the daemon)
     # an Event on a pod: (uid, reason, message, warning); set by the daemon
     event: Callable[[str, str, str, bool], None] = lambda uid, reason, message, warning: None
+    # an Event on any object (a workload): set by the daemon to its reporter
+    event_on: Callable[[Any, str, str, bool], None] = lambda ref, reason, message, warning: None
     on_statuses: list[Callable[[Sequence[ResizeStatus]], None]] = field(default_factory=list)  # resize states that changed
     # an OOM kill the node saw: (pod key, container, the node recommender's new memory target or None)
     on_oom: list[Callable[[str, str, int | None], None]] = field(default_factory=list)

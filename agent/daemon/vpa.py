@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from agent.daemon.components import Component, DaemonContext
+from agent.daemon.objects import ObjectCache
 from agent.daemon.ownership import Thing
 from agent.kube.errors import APIError, APIForbidden, APINotFound, wrap
 from agent.kube.status import STRATEGIC_MERGE
@@ -45,41 +46,6 @@ PRUNE_S: Final = 60.0  # how often what is kept about departed pods is dropped
 USAGE_STEP: Final = 0.05  # a held pod is decided again when a working set moved by more than this
 
 
-class _Objects:
-    """A watch sink keeping the latest object of each (namespace, name) and calling `changed` after each
-    update (a relist replaces the whole set)."""
-
-    def __init__(self, changed: Any) -> None:
-        self.items: dict[tuple[str, str], Mapping[str, Any]] = {}
-        self.changed = changed
-        self.lock = threading.Lock()
-
-    @staticmethod
-    def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-        meta = obj.get("metadata") or {}
-        return str(meta.get("namespace") or ""), str(meta.get("name") or "")
-
-    def snapshot(self, objs: list[Mapping[str, Any]]) -> None:
-        with self.lock:
-            self.items = {self._key(o): o for o in objs}
-        self.changed()
-
-    def upsert(self, obj: Mapping[str, Any]) -> None:
-        with self.lock:
-            self.items[self._key(obj)] = obj
-        self.changed()
-
-    def removed(self, uid: str, key: str) -> None:
-        ns, _, name = key.partition("/")
-        with self.lock:
-            self.items.pop((ns, name), None)
-        self.changed()
-
-    def values(self) -> list[Mapping[str, Any]]:
-        with self.lock:
-            return list(self.items.values())
-
-
 class VPAComponent:
     name = "vpa"
 
@@ -92,9 +58,9 @@ class VPAComponent:
         self.custom = client.CustomObjectsApi(ctx.api)
         self.apps = client.AppsV1Api(ctx.api)
         self.core = client.CoreV1Api(ctx.api)
-        self.vpas = _Objects(self._vpas_changed)
-        self.replicasets = _Objects(self._owners_changed)
-        self.nodes = _Objects(self._node_changed)
+        self.vpas = ObjectCache(self._vpas_changed)
+        self.replicasets = ObjectCache(self._owners_changed)
+        self.nodes = ObjectCache(self._node_changed)
         self._reported: set[tuple[str, str]] = set()  # (VPA, problem) already logged
         self._annotation_forbidden = False
         self._threads: list[threading.Thread] = []
@@ -226,7 +192,7 @@ class VPAComponent:
         for t in self._threads:
             t.join(timeout_s)
 
-    def _watch(self, call: Any, noun: str, sink: _Objects, stop: threading.Event, selector: str | None = None) -> None:
+    def _watch(self, call: Any, noun: str, sink: ObjectCache, stop: threading.Event, selector: str | None = None) -> None:
         w = Watcher(call, noun, self.ctx.metrics, selector=selector)
         self._watchers.append(w)
         w.run(sink, stop)

@@ -35,9 +35,13 @@ log = get_logger("agent.kube.status")
 
 @dataclass(frozen=True, slots=True)
 class PodRef:
+    """The object an Event is about: a pod, or (kind, api_version given) a workload."""
+
     namespace: str
     name: str
     uid: str
+    kind: str = "Pod"
+    api_version: str = "v1"
 
     @property
     def key(self) -> str:
@@ -83,8 +87,8 @@ def event_body(
         "kind": "Event",
         "metadata": {"name": name, "namespace": pod.namespace},
         "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
+            "apiVersion": pod.api_version,
+            "kind": pod.kind,
             "namespace": pod.namespace,
             "name": pod.name,
             "uid": pod.uid,

@@ -141,7 +141,7 @@ def _condition(raw: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
     return None
 
 
-def pod_state(raw: Mapping[str, Any], update_hash: str, node_of: str, failed: bool) -> PodState:
+def pod_state(raw: Mapping[str, Any], node_of: str, failed: bool) -> PodState:
     meta = raw.get("metadata") or {}
     name = str(meta.get("name"))
     ready = _condition(raw, "Ready")

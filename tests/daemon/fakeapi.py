@@ -204,6 +204,25 @@ class FakeCluster:
             items = [copy.deepcopy(p) for p in self.pods.values() if p["spec"].get("nodeName") == node]
             return {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.rv)}, "items": items}
 
+    def list_namespace_pods(self, ns: str, selector: str) -> dict[str, Any]:
+        """Every node's pods of one namespace whose labels match (`k=v,...`)."""
+        with self.lock:
+            items = [copy.deepcopy(p) for p in self.pods.values() if p["metadata"].get("namespace") == ns and _labels_match(p, selector)]
+            return {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+
+    def discovery(self, group: str, version: str) -> dict[str, Any] | None:
+        """The APIResourceList of a group/version: the kinds served there (None: the group is not served)."""
+        with self.lock:
+            resources = [
+                {"name": key.rsplit("/", 1)[1], "singularName": kind.lower(), "kind": kind, "namespaced": namespaced,
+                 "verbs": ["get", "list", "watch"]}
+                for key, (kind, namespaced) in self.served.items()
+                if key.startswith(f"{group}/{version}/")
+            ]
+        if not resources:
+            return None
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}", "resources": resources}
+
     def g_list(self, key: str, ns: str | None, selector: str) -> dict[str, Any]:
         kind, _ = self.served[key]
         with self.lock:
@@ -473,6 +492,10 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
             if route is None:
                 return False
             group, version, ns, resource, name, sub = route
+            if group == "" and resource == "pods" and ns is not None and name is None and self.command == "GET":
+                q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+                self._send(200, cluster.list_namespace_pods(ns, q.get("labelSelector", "")))
+                return True
             if group == "" and resource == "pods" and ns is not None and name is not None:
                 if (self.command in ("PATCH", "DELETE") and sub in (None, "resize")) or sub == "eviction":
                     code, out = cluster.pod_write(self.command, ns, name, sub, body, self.headers.get("Content-Type", ""))
@@ -579,6 +602,10 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                 return self._send(200, cluster.list_pods(node))
             if self._generic(None):
                 return
+            if len(parts) == 3 and parts[0] == "apis":
+                found = cluster.discovery(parts[1], parts[2])
+                if found is not None:
+                    return self._send(200, found)
             self._send(404, _status(404, "NotFound", url.path))
 
         def _chunk(self, obj: Any) -> None:

@@ -1,0 +1,259 @@
+"""Graceful in-place updates beside the real daemon process (fake API server, fake CRI), with a small fake
+kubelet and StatefulSet controller in the test (they restart a container whose image changed, keep the
+Ready condition as the kubelet computes it with readiness gates, and recreate a deleted pod at the
+update revision):
+
+- only a sidecar's image changed: each of this node's pods is updated in place, highest ordinal first,
+  the new image pulled first, the readiness condition False then True, the revision labels moved; the app
+  container never restarts; no pod is deleted; no slot Lease is left;
+- a change beyond images: the pod is deleted (Recreate) and its successor awaited;
+- a pod that never becomes Ready at the new revision halts the rollout;
+- a slot held by another node's agent makes this node wait.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import NODE, Env, wait_for
+
+STS_API = ("apps", "v1", "statefulsets")
+DS_API = ("apps", "v1", "daemonsets")
+REV_API = ("apps", "v1", "controllerrevisions")
+LEASE_API = ("coordination.k8s.io", "v1", "leases")
+VAP_API = ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies")
+GATE = "kube-cgroup-agent.io/InPlaceUpdateReady"
+STS_UID = "sts-uid-1"
+
+
+def _template(proxy: str = "proxy:1", env: str = "") -> dict[str, Any]:
+    app: dict[str, Any] = {"name": "app", "image": "app:1", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+    if env:
+        app["env"] = [{"name": "MODE", "value": env}]
+    return {
+        "metadata": {"labels": {"app": "db"}},
+        "spec": {"containers": [app, {"name": "proxy", "image": proxy}], "readinessGates": [{"conditionType": GATE}]},
+    }
+
+
+def _revision(name: str, template: dict[str, Any], number: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "db", "controller-revision-hash": name},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": STS_UID, "controller": True}]},
+        "data": {"spec": {"template": {**template, "$patch": "replace"}}},
+        "revision": number,
+    }
+
+
+def _sts(update: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "db", "namespace": "default", "uid": STS_UID, "generation": 2,
+                     "annotations": {"kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible", **(annotations or {})}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "db"}}, "updateStrategy": {"type": "OnDelete"},
+                 "template": _template()},
+        "status": {"currentRevision": "db-1", "updateRevision": update},
+    }
+
+
+def _cid(seed: str) -> str:
+    return "containerd://" + hashlib.sha256(seed.encode()).hexdigest()
+
+
+def _pod(i: int, node: str, revision: str, template: dict[str, Any]) -> dict[str, Any]:
+    name = f"db-{i}"
+    spec = copy.deepcopy(template["spec"])
+    spec["nodeName"] = node
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4()), "resourceVersion": "1",
+                     "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                     "labels": {"app": "db", "controller-revision-hash": revision},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": STS_UID, "controller": True}]},
+        "spec": spec,
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}, {"type": GATE, "status": "True"}],
+                   "containerStatuses": [
+                       {"name": c["name"], "image": c["image"], "imageID": "sha256:" + c["image"], "containerID": _cid(f"{name}-{c['name']}-0"),
+                        "restartCount": 0, "ready": True, "state": {"running": {}}}
+                       for c in spec["containers"]]},
+    }
+
+
+class FakeKubelet:
+    """Every 50 ms, what the kubelet and the StatefulSet controller would do to the cluster's pods."""
+
+    def __init__(self, env: Env, update_template: dict[str, Any], update: str, start_new: bool = True) -> None:
+        self.env, self.template, self.update, self.start_new = env, update_template, update, start_new
+        self.restarts: list[tuple[str, str]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> FakeKubelet:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.05):
+            with self.env.cluster.lock:  # read-modify-write in one step, as the API server's resourceVersion would ensure
+                self._step()
+
+    def _step(self) -> None:
+        cluster = self.env.cluster
+        pods = [copy.deepcopy(p) for p in cluster.pods.values()]
+        present = {p["metadata"]["name"] for p in pods}
+        for name in sorted({"db-0", "db-1", "db-2"} - present):  # the controller recreates a deleted pod
+            cluster.apply(_pod(int(name.rsplit("-", 1)[1]), NODE, self.update, self.template))
+        for pod in pods:
+            changed = False
+            for c, st in zip(pod["spec"]["containers"], pod["status"]["containerStatuses"], strict=True):
+                if c["image"] != st["image"]:  # the kubelet restarts a container whose image changed
+                    if not self.start_new:
+                        changed = changed or st["ready"]
+                        st["ready"] = False
+                        continue
+                    self.restarts.append((pod["metadata"]["name"], c["name"]))
+                    st.update(image=c["image"], imageID="sha256:" + c["image"], ready=True,
+                              containerID=_cid(f"{pod['metadata']['name']}-{c['name']}-{len(self.restarts)}"))
+                    changed = True
+            conds = {c["type"]: c for c in pod["status"]["conditions"]}
+            ready = all(s["ready"] for s in pod["status"]["containerStatuses"]) and conds.get(GATE, {}).get("status", "True") == "True"
+            if conds["Ready"]["status"] != ("True" if ready else "False"):
+                conds["Ready"]["status"] = "True" if ready else "False"
+                changed = True
+            if changed:
+                cluster.apply(pod)
+
+
+def _cluster(env: Env, update_template: dict[str, Any], annotations: dict[str, str] | None = None) -> None:
+    c = env.cluster
+    for api in (STS_API, DS_API, REV_API, LEASE_API, VAP_API):
+        c.serve(*api, kind={"statefulsets": "StatefulSet", "daemonsets": "DaemonSet", "controllerrevisions": "ControllerRevision",
+                            "leases": "Lease", "validatingadmissionpolicies": "ValidatingAdmissionPolicy"}[api[2]],
+                namespaced=api[2] != "validatingadmissionpolicies")
+    c.put(*REV_API, _revision("db-1", _template(), 1))
+    c.put(*REV_API, _revision("db-2", update_template, 2))
+    for i, node in ((0, "node-2"), (1, NODE), (2, NODE)):
+        c.apply(_pod(i, node, "db-1", _template()))
+    c.put(*STS_API, _sts("db-2", annotations))
+
+
+def _patched(env: Env) -> list[str]:
+    """The pods patched in place, in the order of their first patch (a 409 retried is one)."""
+    return list(dict.fromkeys(r.path.rsplit("/", 1)[1].split("?")[0] for r in env.cluster.recorded("PATCH", "/pods/db-") if "/status" not in r.path))
+
+
+def _pod_by_name(env: Env, name: str) -> dict[str, Any]:
+    pod = env.cluster.pod("default", name)
+    assert pod is not None
+    return pod
+
+
+@pytest.fixture
+def config() -> dict[str, Any]:
+    return {"rollout": {"enabled": True, "readyTimeout": "3s"}}
+
+
+def test_only_a_sidecar_image_changed_each_pod_of_this_node_is_updated_in_place_in_order(env: Env, config: dict[str, Any]) -> None:
+    update = _template(proxy="proxy:2")
+    _cluster(env, update)
+    apps_before = {n: _pod_by_name(env, n)["status"]["containerStatuses"][0]["containerID"] for n in ("db-1", "db-2")}
+    with FakeKubelet(env, update, "db-2") as kubelet:
+        daemon = env.daemon(**config)
+        daemon.ready()
+        wait_for(lambda: all(_pod_by_name(env, n)["metadata"]["labels"]["controller-revision-hash"] == "db-2" for n in ("db-1", "db-2")),
+                 "both of this node's pods at the update revision")
+        wait_for(lambda: len(daemon.logged("rollout.done")) == 2, "both updates finished")
+    assert _patched(env) == ["db-2", "db-1"]  # the highest ordinal first
+    for name in ("db-1", "db-2"):
+        pod = _pod_by_name(env, name)
+        assert [c["image"] for c in pod["spec"]["containers"]] == ["app:1", "proxy:2"]
+        assert pod["status"]["containerStatuses"][0]["containerID"] == apps_before[name]  # the app did not restart
+        assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+        gate = env.cluster.condition(pod["metadata"]["uid"], GATE)
+        assert gate is not None and gate["status"] == "True" and gate["reason"] == "UpdatedInPlace"
+        state = json.loads(pod["metadata"]["annotations"]["kube-cgroup-agent.io/in-place-update-state"])
+        assert state["revision"] == "db-2" and state["images"] == {"proxy": "proxy:2"}
+    assert sorted(kubelet.restarts) == [("db-1", "proxy"), ("db-2", "proxy")]
+    # the condition went False before each patch (Services drop the pod first)
+    falses = [r for r in env.cluster.recorded("PATCH", "/status") if r.body["status"]["conditions"][0].get("status") == "False"]
+    assert {r.path.split("/")[-2] for r in falses} == {"db-1", "db-2"}
+    # pulled once through CRI, then present for the second pod
+    assert [c.request["image"]["image"] for c in env.cri.service.calls_of("PullImage")] == ["proxy:2"]
+    assert _pod_by_name(env, "db-0")["metadata"]["labels"]["controller-revision-hash"] == "db-1"  # another node's
+    assert env.cluster.count("DELETE", "/pods/") == 0 and env.cluster.count("POST", "/eviction") == 0
+    assert env.cluster.g_list("coordination.k8s.io/v1/leases", "default", "")["items"] == []  # slots released
+    sts = env.cluster.get(*STS_API, "default", "db")
+    assert sts is not None
+    status = json.loads(sts["metadata"]["annotations"][f"kube-cgroup-agent.io/rollout-status.{NODE}"])
+    wait_for(lambda: json.loads(env.cluster.get(*STS_API, "default", "db")["metadata"]["annotations"][f"kube-cgroup-agent.io/rollout-status.{NODE}"])["pods"]
+             == {"db-1": "updated", "db-2": "updated"}, "the status annotation")
+    assert status["revision"] == "db-2"
+    reasons = [e["reason"] for e in env.cluster.events.values()]
+    assert reasons.count("UpdatedInPlace") >= 2
+    assert daemon.terminate() == 0
+
+
+def test_a_change_beyond_images_recreates_the_pod(env: Env, config: dict[str, Any]) -> None:
+    update = _template(proxy="proxy:2", env="fast")
+    _cluster(env, update)
+    uid_before = _pod_by_name(env, "db-2")["metadata"]["uid"]
+    with FakeKubelet(env, update, "db-2"):
+        daemon = env.daemon(**config)
+        daemon.ready()
+        wait_for(lambda: len(daemon.logged("rollout.done")) == 2, "both pods recreated")
+    deletes = [r.path.split("/")[-1] for r in env.cluster.recorded("DELETE", "/pods/db-")]
+    assert deletes == ["db-2", "db-1"]
+    assert _pod_by_name(env, "db-2")["metadata"]["uid"] != uid_before
+    assert _patched(env) == []  # nothing patched in place
+    [start, _] = daemon.logged("rollout.start")
+    assert start["how"] == "Recreate" and "env" in start["reason"]
+    assert daemon.terminate() == 0
+
+
+def test_a_pod_not_ready_at_the_new_revision_halts_the_rollout(env: Env, config: dict[str, Any]) -> None:
+    update = _template(proxy="proxy:2")
+    _cluster(env, update)
+    with FakeKubelet(env, update, "db-2", start_new=False):  # the new proxy never becomes ready
+        daemon = env.daemon(**config)
+        daemon.ready()
+        wait_for(lambda: [e for e in env.cluster.events.values() if e["reason"] == "RolloutHalted"], "the halt", timeout=30)
+        time.sleep(2.0)  # further passes: db-1 must not start
+    assert _patched(env) == ["db-2"]
+    halted = [e for e in env.cluster.events.values() if e["reason"] == "RolloutHalted"]
+    assert halted[0]["involvedObject"]["kind"] == "StatefulSet" and "db-2" in halted[0]["message"]
+    assert daemon.terminate() == 0
+
+
+def test_a_slot_held_by_another_node_makes_this_node_wait(env: Env, config: dict[str, Any]) -> None:
+    update = _template(proxy="proxy:2")
+    _cluster(env, update)
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    env.cluster.put(*LEASE_API, {"metadata": {"name": "kcg-rollout-statefulset-db-0", "namespace": "default"},
+                                 "spec": {"holderIdentity": "node-2/db-0", "leaseDurationSeconds": 600, "renewTime": now}})
+    with FakeKubelet(env, update, "db-2"):
+        daemon = env.daemon(**config)
+        daemon.ready()
+        wait_for(lambda: "slot" in json.dumps(env.cluster.get(*STS_API, "default", "db")["metadata"].get("annotations", {})), "db-2 waiting for a slot")
+        assert _patched(env) == []
+        env.cluster.remove(*LEASE_API, "default", "kcg-rollout-statefulset-db-0")  # the other node is done
+        wait_for(lambda: len(daemon.logged("rollout.done")) == 2, "both updated once the slot is free")
+    assert _patched(env) == ["db-2", "db-1"]
+    assert daemon.terminate() == 0
+
+
+def test_off_without_the_admission_policy_api(env: Env) -> None:
+    env.daemon(rollout={"enabled": True}).ready()
+    daemon = env.daemons[-1]
+    wait_for(lambda: [e for e in daemon.logged("rollout.off") if "ValidatingAdmissionPolicy" in e["message"]], "the warning")
+    assert daemon.terminate() == 0
