@@ -239,6 +239,7 @@ def run(settings: Settings) -> int:
     )
     context.refresh = daemon.refresh
     context.pods = daemon.views
+    context.raw_pods = daemon.raws
     context.event = daemon.event
     context.event_on = reporter.event
     daemon.status_hooks = context.on_statuses

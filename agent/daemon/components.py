@@ -34,6 +34,7 @@ class DaemonContext:
     sources: list[Source] = field(default_factory=list)  # extra sources of desired state (add before start)
     refresh: Callable[[Iterable[str] | None], None] = lambda uids: None  # set by the daemon
     pods: Callable[[], list[PodView]] = list  # the node's pods as last seen (set by the daemon)
+    raw_pods: Callable[[], list[Any]] = list  # the same, as the API sent them
     # an Event on a pod: (uid, reason, message, warning); set by the daemon
     event: Callable[[str, str, str, bool], None] = lambda uid, reason, message, warning: None
     # an Event on any object (a workload): set by the daemon to its reporter

@@ -176,6 +176,11 @@ class Daemon:
         """The node's pods as last seen (for components beside the loop)."""
         return self._views()
 
+    def raws(self) -> list[Mapping[str, Any]]:
+        """The node's pods as the API last sent them (for components that need more than the view)."""
+        with self._lock:
+            return [e.raw for e in self._cache.values()]
+
     def _views(self) -> list[PodView]:
         """Every pod bound here, terminal ones too: they count in the tiers until known gone."""
         with self._lock:

@@ -44,6 +44,7 @@ from agent.rollout.order import Rollout, slots, turns
 from agent.rollout.steps import (
     ContainerRun,
     condition_body,
+    gate_of,
     has_gate,
     in_place_body,
     is_failed,
@@ -173,7 +174,9 @@ class RolloutComponent:
 
     def tick(self) -> None:
         mine = self.ctx.pods()
-        for w, raw in self.workloads():
+        workloads = self.workloads()
+        self._open_gates(workloads)
+        for w, raw in workloads:
             local = [p for p in mine if p.namespace == w.namespace and p.owner == (w.kind.value, w.name)]
             flying = [f for f in self.flights.values() if f.workload.key == w.key]
             if not local and not flying:
@@ -220,6 +223,26 @@ class RolloutComponent:
             else:
                 waiting[turn.pod] = "waiting for a free slot (another node is updating)"
         self._report(w, raw_w, pods, update_hash, waiting)
+
+    def _open_gates(self, workloads: Sequence[tuple[Workload, Mapping[str, Any]]]) -> None:
+        """A new pod whose template lists the InPlaceUpdateReady gate has no such condition yet, so it never
+        becomes Ready: the agent sets it True (as OpenKruise does at creation). From the pods this node
+        already has: no API read."""
+        owners = {(w.namespace, w.kind.value, w.name) for w, _ in workloads}
+        for pod in self.ctx.raw_pods():
+            meta = pod.get("metadata") or {}
+            uid = str(meta.get("uid") or "")
+            if not has_gate(pod) or uid in self.flights or gate_of(pod) is not None or meta.get("deletionTimestamp"):
+                continue
+            ref = next((r for r in meta.get("ownerReferences") or [] if isinstance(r, Mapping) and r.get("controller")), None)
+            if ref is None or (str(meta.get("namespace") or "default"), ref.get("kind"), ref.get("name")) not in owners:
+                continue
+            body = condition_body(uid, True, "NotUpdating", "no in-place update in progress", _now())
+            try:
+                self.core.patch_namespaced_pod_status(str(meta.get("name")), str(meta.get("namespace") or "default"), body,
+                                                      _content_type=STRATEGIC_MERGE, _preload_content=False, _request_timeout=(10, 30))
+            except Exception as err:
+                log.warning("rollout.gate_failed", pod=f"{meta.get('namespace')}/{meta.get('name')}", error=str(wrap("set condition", err)))
 
     # ---- reading ----
 

@@ -109,6 +109,11 @@ def is_failed(raw: Mapping[str, Any], update_hash: str, now: float, timeout_s: f
     return (ready is None or ready.get("status") != "True") and created is not None and now - created > timeout_s
 
 
+def gate_of(raw: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's InPlaceUpdateReady condition, if it has one."""
+    return _condition(raw, READY_GATE)
+
+
 def has_gate(raw: Mapping[str, Any]) -> bool:
     gates = (raw.get("spec") or {}).get("readinessGates") or []
     return any(isinstance(g, Mapping) and g.get("conditionType") == READY_GATE for g in gates)

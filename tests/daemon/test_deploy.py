@@ -25,6 +25,8 @@ MODELS = {
     "ConfigMap": "V1ConfigMap",
     "DaemonSet": "V1DaemonSet",
     "CustomResourceDefinition": "V1CustomResourceDefinition",
+    "ValidatingAdmissionPolicy": "V1ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding": "V1ValidatingAdmissionPolicyBinding",
 }
 
 
@@ -85,6 +87,18 @@ def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
         ("coordination.k8s.io", "leases", "get"),
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "update"),
+        ("coordination.k8s.io", "leases", "delete"),  # a rollout slot given back
+        # graceful in-place updates, confined by the ValidatingAdmissionPolicy (test below)
+        ("", "pods", "patch"),
+        ("", "pods", "delete"),
+        ("apps", "statefulsets", "list"),
+        ("apps", "statefulsets", "watch"),
+        ("apps", "statefulsets", "patch"),
+        ("apps", "daemonsets", "list"),
+        ("apps", "daemonsets", "watch"),
+        ("apps", "daemonsets", "patch"),
+        ("apps", "controllerrevisions", "get"),
+        ("apps", "controllerrevisions", "list"),
     }
     assert all(not r.resource_names and not r.non_resource_urls for r in role.rules)
     binding = _one("ClusterRoleBinding")

@@ -257,3 +257,25 @@ def test_off_without_the_admission_policy_api(env: Env) -> None:
     daemon = env.daemons[-1]
     wait_for(lambda: [e for e in daemon.logged("rollout.off") if "ValidatingAdmissionPolicy" in e["message"]], "the warning")
     assert daemon.terminate() == 0
+
+
+def test_a_new_pod_with_the_readiness_gate_gets_the_condition_true(env: Env, config: dict[str, Any]) -> None:
+    """A pod whose template lists the gate is never Ready until something sets the condition: the agent
+    does, for this node's pods of opted-in workloads (from the pods it has: no API read)."""
+    _cluster(env, _template())
+    for name in ("db-0", "db-1", "db-2"):  # as created by the controller: no InPlaceUpdateReady condition yet
+        pod = _pod_by_name(env, name)
+        pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        with env.cluster.lock:
+            env.cluster.pods[pod["metadata"]["uid"]] = pod
+            env.cluster._emit("MODIFIED", pod)
+    env.cluster.put(*STS_API, _sts("db-1"))  # nothing to roll out
+    daemon = env.daemon(**config)
+    daemon.ready()
+    for name in ("db-1", "db-2"):
+        uid = _pod_by_name(env, name)["metadata"]["uid"]
+        got = wait_for(lambda u=uid: env.cluster.condition(u, GATE), f"the condition on {name}")
+        assert got["status"] == "True" and got["reason"] == "NotUpdating"
+    assert env.cluster.condition(_pod_by_name(env, "db-0")["metadata"]["uid"], GATE) is None  # another node's
+    assert env.cluster.count("GET", "/namespaces/default/pods") == 0  # no API read for it
+    assert daemon.terminate() == 0
