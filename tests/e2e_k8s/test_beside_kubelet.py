@@ -17,6 +17,7 @@ files under /sys/fs/cgroup/*/realk8s:
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -131,11 +132,23 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     wait_for("node Ready", lambda: "True" in kubectl("get", "node", NODE, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}"), 180)
     wait_for("the default ServiceAccount", lambda: "default" in kubectl("get", "sa", "-o", "name"), 60)
     docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "daemonset.yaml").read_text()) if d]
-    rbac = [d for d in docs if d["kind"] in {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}]
+    rbac = [d for d in docs if d["kind"] in {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                                             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}]
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(rbac))
     kubectl("apply", "-f", str(Path(__file__).with_name("vpa-v1-crd.yaml")))  # the VPA project's CRDs
     wait_for("the VPA CRD", lambda: "verticalpodautoscalers" in kubectl("api-resources", "--api-group", "autoscaling.k8s.io"), 60)
-    token = kubectl("create", "token", "kube-cgroup-agent", "-n", "kube-cgroup-agent", "--duration", "2h").strip()
+    # a token bound to a pod on the node, as the DaemonSet's projected token is: it carries the node-name
+    # claim the admission policy confines the agent's pod writes with
+    holder = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "token-holder", "namespace": "kube-cgroup-agent"},
+              "spec": {"serviceAccountName": "kube-cgroup-agent", "terminationGracePeriodSeconds": 1, "containers": [
+                  {"name": "hold", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "1000000"]}]}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(holder))
+    holder_uid = wait_for("the token holder scheduled", lambda: kubectl("get", "pod", "-n", "kube-cgroup-agent", "token-holder", "-o",
+                                                                       "jsonpath={.metadata.uid}") if kubectl("get", "pod", "-n", "kube-cgroup-agent", "token-holder", "-o", "jsonpath={.spec.nodeName}") else None, 60)
+    token = kubectl("create", "token", "kube-cgroup-agent", "-n", "kube-cgroup-agent", "--duration", "2h", "--bound-object-kind", "Pod",
+                    "--bound-object-name", "token-holder", "--bound-object-uid", holder_uid).strip()
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    assert claims["kubernetes.io"].get("node", {}).get("name") == NODE, claims
     admin = yaml.safe_load((RK / "kubeconfig").read_text())
     cluster = admin["clusters"][0]["cluster"]
     tmp = tmp_path_factory.mktemp("agent")
@@ -168,6 +181,7 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
                 "logFormat": "json",
                 "resyncPeriod": "10s",
                 "vpa": {"enabled": True},
+                "rollout": {"enabled": True, "readyTimeout": "60s"},
             }
         )
     )
@@ -177,7 +191,8 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
         yield a
     finally:
         a.stop()
-        kubectl("delete", "deployment,pod", "--all", "--wait=false")
+        kubectl("delete", "deployment,statefulset,pod", "--all", "--wait=false")
+        kubectl("delete", "pod", "-n", "kube-cgroup-agent", "token-holder", "--wait=false")
 
 
 def _pod(name: str, cpu_request: str, cpu_limit: str) -> str:
@@ -470,3 +485,94 @@ def test_vpa_infeasible_on_the_real_kubelet_is_reported_and_explained(agent: Age
              ["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "300m", 60)
     kubectl("delete", "deployment", "greedy", "--wait=false")
     kubectl("delete", "vpa", "greedy", "--wait=false")
+
+
+def _new_revision(name: str, seen: tuple[str, ...]) -> str | None:
+    """The StatefulSet's update revision once it differs from its current one and from `seen`."""
+    st = json.loads(kubectl("get", "sts", name, "-o", "json")).get("status") or {}
+    rev = st.get("updateRevision")
+    return str(rev) if rev and rev != st.get("currentRevision") and rev not in seen else None
+
+
+def _sts_pods(app: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(kubectl("get", "pods", "-l", f"app={app}", "-o", "json"))["items"]
+    return sorted(items, key=lambda p: p["metadata"]["name"])
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+def _runs(pod: dict[str, Any]) -> dict[str, tuple[str, int, str]]:
+    return {c["name"]: (c.get("containerID", ""), c["restartCount"], c["image"]) for c in pod["status"].get("containerStatuses") or []}
+
+
+def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: Agent) -> None:
+    """Seed 004 on the real cluster: an OnDelete StatefulSet that opts in; a new sidecar image is rolled out
+    by the agent in place (web-1 then web-0), the app container never restarts, the pods keep their UIDs,
+    the controller counts them updated; an env change then recreates them; the admission policy refuses
+    the agent's token any other change."""
+    second = IMAGE.rsplit(":", 1)[0] + ":2"
+    sock = RK / "state" / "containerd" / "containerd.sock"
+    subprocess.run(["ctr", "-a", str(sock), "-n", "k8s.io", "images", "tag", "--force", IMAGE, second], check=True, capture_output=True)
+
+    def container(name: str, image: str) -> dict[str, Any]:
+        return {"name": name, "image": image, "imagePullPolicy": "Never", "command": ["sleep", "1000000"]}
+
+    sts = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": "default", "annotations": {
+            "kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible", "kube-cgroup-agent.io/grace-period-seconds": "1"}},
+        "spec": {"replicas": 2, "serviceName": "web", "selector": {"matchLabels": {"app": "web"}}, "updateStrategy": {"type": "OnDelete"},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                     "terminationGracePeriodSeconds": 1, "readinessGates": [{"conditionType": "kube-cgroup-agent.io/InPlaceUpdateReady"}],
+                     "containers": [container("app", IMAGE), container("side", IMAGE)]}}},
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(sts))
+    wait_for("both pods Ready (the agent opened the readiness gate)", lambda: len(pods := _sts_pods("web")) == 2 and all(_ready(p) for p in pods), 120)
+    before = {p["metadata"]["name"]: (p["metadata"]["uid"], _runs(p)) for p in _sts_pods("web")}
+
+    t0 = time.monotonic()
+    kubectl("patch", "statefulset", "web", "--type", "json", "-p", json.dumps(
+        [{"op": "replace", "path": "/spec/template/spec/containers/1/image", "value": second}]))
+    update = wait_for("the update revision", lambda: _new_revision("web", ()), 30)
+
+    def updated() -> bool:  # (the two tags name one image: the status may report either name)
+        pods = _sts_pods("web")
+        return all(p["metadata"]["labels"].get("controller-revision-hash") == update and _ready(p)
+                   and p["spec"]["containers"][1]["image"] == second
+                   and _runs(p)["side"][0] != before[p["metadata"]["name"]][1]["side"][0] for p in pods)
+
+    wait_for("both pods updated in place and Ready", updated, 180)
+    in_place_s = time.monotonic() - t0
+    wait_for("the controller counting them updated", lambda: json.loads(kubectl("get", "sts", "web", "-o", "json"))["status"].get("updatedReplicas") == 2, 60)
+    for p in _sts_pods("web"):
+        uid, runs_before = before[p["metadata"]["name"]]
+        assert p["metadata"]["uid"] == uid  # patched, not recreated
+        assert _runs(p)["app"][:2] == runs_before["app"][:2]  # the app: same container, no restart
+        assert _runs(p)["side"][0] != runs_before["side"][0]  # the sidecar: a new container with the new image
+    patched = [e["pod"] for e in agent.lines() if e.get("event") == "rollout.patched" and e.get("workload") == "StatefulSet/default/web"]
+    assert patched == ["web-1", "web-0"]  # the highest ordinal first
+
+    # the admission policy: the agent's token may not change anything else on a pod
+    agent_kubeconfig = str(agent.config.parent / "kubeconfig")
+    denied = subprocess.run([KUBECTL, "--kubeconfig", agent_kubeconfig, "label", "pod", "web-0", "app=other", "--overwrite"],
+                            capture_output=True, text=True, timeout=60)
+    assert denied.returncode != 0 and "kube-cgroup-agent may change only the labels" in denied.stderr, denied.stderr
+    denied = subprocess.run([KUBECTL, "--kubeconfig", agent_kubeconfig, "patch", "pod", "web-0", "-p", '{"spec":{"activeDeadlineSeconds":5}}'],
+                            capture_output=True, text=True, timeout=60)
+    assert denied.returncode != 0 and "only container images" in denied.stderr, denied.stderr
+
+    # anything beyond images: Recreate (deleted, recreated by the controller at the update revision)
+    t1 = time.monotonic()
+    kubectl("patch", "statefulset", "web", "--type", "json", "-p", json.dumps(
+        [{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [{"name": "MODE", "value": "fast"}]}]))
+    update2 = wait_for("the next update revision", lambda: _new_revision("web", (update,)), 30)
+    wait_for("both pods recreated and Ready", lambda: all(p["metadata"]["labels"].get("controller-revision-hash") == update2 and _ready(p)
+                                                          for p in _sts_pods("web")) and len(_sts_pods("web")) == 2, 240)
+    recreate_s = time.monotonic() - t1
+    assert all(p["metadata"]["uid"] != before[p["metadata"]["name"]][0] for p in _sts_pods("web"))
+    print(f"\ne2e-k8s: StatefulSet of 2, sidecar image: all pods updated in place in {in_place_s:.1f} s; env change, recreated in {recreate_s:.1f} s")
+    if out := os.environ.get("KCG_E2E_K8S_OUT"):
+        data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
+        Path(out).write_text(json.dumps({**data, "sts_in_place_s": in_place_s, "sts_recreate_s": recreate_s}, indent=2) + "\n")
