@@ -181,6 +181,15 @@ def parser() -> argparse.ArgumentParser:
     rec.add_argument("--duration", type=float, default=60.0, help="seconds to record (default 60)")
     rec.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
+    ro = sub.add_parser("rollout", help="graceful in-place updates of StatefulSets and DaemonSets")
+    ro_sub = ro.add_subparsers(dest="rollout_command", required=True, metavar="SUBCOMMAND")
+    ros = ro_sub.add_parser("status", help="where each pod of an opted-in workload stands in its rollout")
+    ros.add_argument("target", metavar="KIND/NAME", help="statefulset/NAME or daemonset/NAME")
+    ros.add_argument("--namespace", "-n", default="default")
+    ros.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    ros.add_argument("--config", help="YAML config file (its rollout.readyTimeout says when a pod has failed)")
+    ros.add_argument("--output", "-o", choices=["table", "json"], default="table")
+
     r = sub.add_parser("run", help="the daemon: watch the node's pods and reconcile continuously")
     _common(r)
     r.add_argument("--metrics-bind-address", help="host:port for /metrics (default 127.0.0.1:9812)")
@@ -299,6 +308,14 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     return run(settings.recommender, settings.state_dir, args.samples, args.now, args.output)
 
 
+def _cmd_rollout(args: argparse.Namespace) -> int:
+    from agent.rolloutcmd import run
+    from agent.settings import Settings, load_file
+
+    settings = load_file(Path(args.config)) if args.config else Settings()
+    return run(args.target, args.namespace, args.kubeconfig or settings.kubeconfig, settings.rollout, args.output)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from agent.daemon import run
 
@@ -312,6 +329,7 @@ COMMANDS = {
     "apply": _cmd_apply,
     "check": _cmd_check,
     "recommend": _cmd_recommend,
+    "rollout": _cmd_rollout,
     "run": _cmd_run,
 }
 

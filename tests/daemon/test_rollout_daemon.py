@@ -279,3 +279,35 @@ def test_a_new_pod_with_the_readiness_gate_gets_the_condition_true(env: Env, con
     assert env.cluster.condition(_pod_by_name(env, "db-0")["metadata"]["uid"], GATE) is None  # another node's
     assert env.cluster.count("GET", "/namespaces/default/pods") == 0  # no API read for it
     assert daemon.terminate() == 0
+
+
+def test_rollout_status_shows_each_pod_and_why(env: Env, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    from agent.cli import main
+
+    update = _template(proxy="proxy:2")
+    _cluster(env, update)
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(env.api.kubeconfig())
+    with env.cluster.lock:  # db-2 updated in place, db-1 in the middle of its update, db-0 (node-2) not yet
+        for pod in env.cluster.pods.values():
+            name = pod["metadata"]["name"]
+            if name == "db-2":
+                pod["metadata"]["labels"]["controller-revision-hash"] = "db-2"
+                pod["metadata"]["annotations"] = {"kube-cgroup-agent.io/in-place-update-state": json.dumps({"revision": "db-2"})}
+            if name == "db-1":
+                pod["status"]["conditions"][1] = {"type": GATE, "status": "False", "message": "updating to revision db-2",
+                                                  "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    assert main(["rollout", "status", "statefulset/db", "--kubeconfig", str(kubeconfig), "-o", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["pod"]: (r["state"], r["reason"]) for r in out["rows"]}
+    assert rows["db-2"] == ("updated in place", "")
+    assert rows["db-1"] == ("updating", "updating to revision db-2")
+    assert rows["db-0"] == ("waiting", "waiting: as many pods are unavailable as the rollout allows")  # db-1 holds the one slot
+    assert out["updated"] == 1 and out["complete"] is False
+    assert main(["rollout", "status", "sts/db", "--kubeconfig", str(kubeconfig)]) == 1
+    table = capsys.readouterr().out
+    assert table.startswith("StatefulSet/default/db: update revision db-2; 1/3 pods updated") and "updated in place" in table
+    for target, expected in (("statefulset/nope", "not found"), ("deployment/db", "KIND/NAME"), ("statefulset", "KIND/NAME")):
+        assert main(["rollout", "status", target, "--kubeconfig", str(kubeconfig)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and expected in err[0]
