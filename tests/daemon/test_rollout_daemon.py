@@ -311,3 +311,47 @@ def test_rollout_status_shows_each_pod_and_why(env: Env, capsys: pytest.CaptureF
         assert main(["rollout", "status", target, "--kubeconfig", str(kubeconfig)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expected in err[0]
+
+
+def test_a_daemonset_pod_is_updated_in_place_with_its_template_generation(env: Env, config: dict[str, Any]) -> None:
+    """DaemonSet: the update revision is its newest ControllerRevision (by .revision), pods carry the
+    revision's hash label; the patch moves both controller-revision-hash and pod-template-generation."""
+    c = env.cluster
+    for api in (DS_API, STS_API, REV_API, LEASE_API, VAP_API):
+        c.serve(*api, kind={"daemonsets": "DaemonSet", "statefulsets": "StatefulSet", "controllerrevisions": "ControllerRevision",
+                            "leases": "Lease", "validatingadmissionpolicies": "ValidatingAdmissionPolicy"}[api[2]],
+                namespaced=api[2] != "validatingadmissionpolicies")
+    owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "db", "uid": "ds-uid", "controller": True}]
+    for number, (h, template) in enumerate((("aaa1", _template()), ("bbb2", _template(proxy="proxy:2"))), start=1):
+        rev = _revision(f"db-{h}", template, number)
+        rev["metadata"]["labels"]["controller-revision-hash"] = h
+        rev["metadata"]["ownerReferences"] = owner
+        c.put(*REV_API, rev)
+    pod = _pod(0, NODE, "aaa1", _template())
+    pod["metadata"]["name"] = "db-x7k2p"
+    pod["metadata"]["ownerReferences"] = owner
+    pod["metadata"]["labels"]["pod-template-generation"] = "1"
+    c.apply(pod)
+    ds = {"metadata": {"name": "db", "namespace": "default", "uid": "ds-uid", "generation": 2,
+                       "annotations": {"kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}},
+          "spec": {"selector": {"matchLabels": {"app": "db"}}, "updateStrategy": {"type": "OnDelete"}, "template": _template(proxy="proxy:2")},
+          "status": {"desiredNumberScheduled": 1}}
+    c.put(*DS_API, ds)
+
+    def kubelet() -> None:
+        with c.lock:
+            for p in c.pods.values():
+                st = p["status"]["containerStatuses"][1]
+                if p["spec"]["containers"][1]["image"] != st["image"]:
+                    st.update(image=p["spec"]["containers"][1]["image"], containerID=_cid("restarted"), ready=True)
+                    c._emit("MODIFIED", p)
+
+    daemon = env.daemon(**config)
+    daemon.ready()
+    wait_for(lambda: (kubelet(), daemon.logged("rollout.done"))[1], "the DaemonSet pod updated")
+    got = _pod_by_name(env, "db-x7k2p")
+    assert got["metadata"]["labels"]["controller-revision-hash"] == "bbb2"
+    assert got["metadata"]["labels"]["pod-template-generation"] == "2"
+    assert got["spec"]["containers"][1]["image"] == "proxy:2"
+    assert env.cluster.count("DELETE", "/pods/") == 0
+    assert daemon.terminate() == 0
