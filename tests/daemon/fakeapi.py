@@ -64,6 +64,7 @@ class FakeCluster:
     dropped: list[str] = field(default_factory=list)  # per dropped stream, the last resourceVersion it sent
     bookmark_interval_s: float = 0.2
     lock: threading.Condition = field(default_factory=threading.Condition)
+    other_nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # more Nodes (GET only), by name
     served: dict[str, tuple[str, bool]] = field(default_factory=dict)  # "group/version/resource" -> (kind, namespaced)
     objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)  # key -> (ns, name) -> obj
     ghistory: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)  # (rv, key, type, obj)
@@ -171,7 +172,8 @@ class FakeCluster:
             self._gemit(key, "DELETED", obj)
 
     def fail(self, method: str, fragment: str, code: int, times: int = 1) -> None:
-        """The next `times` requests with this method whose path contains `fragment` answer `code`."""
+        """The next `times` requests with this method whose path contains `fragment` (ends with it, when it
+        ends with `$`) answer `code`."""
         with self.lock:
             self.faults.append([method, fragment, code, times])
 
@@ -192,7 +194,8 @@ class FakeCluster:
     def _fault(self, method: str, path: str) -> int | None:
         with self.lock:
             for f in self.faults:
-                if f[0] == method and f[1] in path and f[3] > 0:
+                where = urlsplit(path).path.endswith(f[1][:-1]) if f[1].endswith("$") else f[1] in path
+                if f[0] == method and where and f[3] > 0:
                     f[3] -= 1
                     return int(f[2])
         return None
@@ -497,6 +500,11 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                 self._send(200, cluster.list_namespace_pods(ns, q.get("labelSelector", "")))
                 return True
             if group == "" and resource == "pods" and ns is not None and name is not None:
+                if self.command == "GET" and sub is None:
+                    with cluster.lock:
+                        found = cluster._find_pod(ns, name)
+                        self._send(200 if found else 404, copy.deepcopy(found) if found else _status(404, "NotFound", f'pods "{name}" not found'))
+                    return True
                 if (self.command in ("PATCH", "DELETE") and sub in (None, "resize")) or sub == "eviction":
                     code, out = cluster.pod_write(self.command, ns, name, sub, body, self.headers.get("Content-Type", ""))
                     self._send(code, out)
@@ -591,7 +599,7 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                 return
             parts = url.path.strip("/").split("/")
             if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
-                node = cluster.node
+                node = cluster.node if cluster.node["metadata"]["name"] == parts[3] else cluster.other_nodes.get(parts[3], cluster.node)
                 if node["metadata"]["name"] != parts[3]:
                     return self._send(404, _status(404, "NotFound", f'nodes "{parts[3]}" not found'))
                 return self._send(200, node)

@@ -14,125 +14,28 @@ update revision):
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import threading
 import time
-import uuid
 from typing import Any
 
 import pytest
 
 from tests.daemon.conftest import NODE, Env, wait_for
-
-STS_API = ("apps", "v1", "statefulsets")
-DS_API = ("apps", "v1", "daemonsets")
-REV_API = ("apps", "v1", "controllerrevisions")
-LEASE_API = ("coordination.k8s.io", "v1", "leases")
-VAP_API = ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies")
-GATE = "kube-cgroup-agent.io/InPlaceUpdateReady"
-STS_UID = "sts-uid-1"
-
-
-def _template(proxy: str = "proxy:1", env: str = "") -> dict[str, Any]:
-    app: dict[str, Any] = {"name": "app", "image": "app:1", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
-    if env:
-        app["env"] = [{"name": "MODE", "value": env}]
-    return {
-        "metadata": {"labels": {"app": "db"}},
-        "spec": {"containers": [app, {"name": "proxy", "image": proxy}], "readinessGates": [{"conditionType": GATE}]},
-    }
-
-
-def _revision(name: str, template: dict[str, Any], number: int) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": "db", "controller-revision-hash": name},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": STS_UID, "controller": True}]},
-        "data": {"spec": {"template": {**template, "$patch": "replace"}}},
-        "revision": number,
-    }
-
-
-def _sts(update: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "db", "namespace": "default", "uid": STS_UID, "generation": 2,
-                     "annotations": {"kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible", **(annotations or {})}},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "db"}}, "updateStrategy": {"type": "OnDelete"},
-                 "template": _template()},
-        "status": {"currentRevision": "db-1", "updateRevision": update},
-    }
-
-
-def _cid(seed: str) -> str:
-    return "containerd://" + hashlib.sha256(seed.encode()).hexdigest()
-
-
-def _pod(i: int, node: str, revision: str, template: dict[str, Any]) -> dict[str, Any]:
-    name = f"db-{i}"
-    spec = copy.deepcopy(template["spec"])
-    spec["nodeName"] = node
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4()), "resourceVersion": "1",
-                     "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                     "labels": {"app": "db", "controller-revision-hash": revision},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": STS_UID, "controller": True}]},
-        "spec": spec,
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}, {"type": GATE, "status": "True"}],
-                   "containerStatuses": [
-                       {"name": c["name"], "image": c["image"], "imageID": "sha256:" + c["image"], "containerID": _cid(f"{name}-{c['name']}-0"),
-                        "restartCount": 0, "ready": True, "state": {"running": {}}}
-                       for c in spec["containers"]]},
-    }
-
-
-class FakeKubelet:
-    """Every 50 ms, what the kubelet and the StatefulSet controller would do to the cluster's pods."""
-
-    def __init__(self, env: Env, update_template: dict[str, Any], update: str, start_new: bool = True) -> None:
-        self.env, self.template, self.update, self.start_new = env, update_template, update, start_new
-        self.restarts: list[tuple[str, str]] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> FakeKubelet:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(5)
-
-    def _run(self) -> None:
-        while not self.stop.wait(0.05):
-            with self.env.cluster.lock:  # read-modify-write in one step, as the API server's resourceVersion would ensure
-                self._step()
-
-    def _step(self) -> None:
-        cluster = self.env.cluster
-        pods = [copy.deepcopy(p) for p in cluster.pods.values()]
-        present = {p["metadata"]["name"] for p in pods}
-        for name in sorted({"db-0", "db-1", "db-2"} - present):  # the controller recreates a deleted pod
-            cluster.apply(_pod(int(name.rsplit("-", 1)[1]), NODE, self.update, self.template))
-        for pod in pods:
-            changed = False
-            for c, st in zip(pod["spec"]["containers"], pod["status"]["containerStatuses"], strict=True):
-                if c["image"] != st["image"]:  # the kubelet restarts a container whose image changed
-                    if not self.start_new:
-                        changed = changed or st["ready"]
-                        st["ready"] = False
-                        continue
-                    self.restarts.append((pod["metadata"]["name"], c["name"]))
-                    st.update(image=c["image"], imageID="sha256:" + c["image"], ready=True,
-                              containerID=_cid(f"{pod['metadata']['name']}-{c['name']}-{len(self.restarts)}"))
-                    changed = True
-            conds = {c["type"]: c for c in pod["status"]["conditions"]}
-            ready = all(s["ready"] for s in pod["status"]["containerStatuses"]) and conds.get(GATE, {}).get("status", "True") == "True"
-            if conds["Ready"]["status"] != ("True" if ready else "False"):
-                conds["Ready"]["status"] = "True" if ready else "False"
-                changed = True
-            if changed:
-                cluster.apply(pod)
+from tests.daemon.rollout_fakes import (
+    DS_API,
+    GATE,
+    LEASE_API,
+    REV_API,
+    STS_API,
+    VAP_API,
+    FakeKubelet,
+    container_id,
+    sts_object,
+    sts_pod,
+    sts_revision,
+    sts_template,
+)
 
 
 def _cluster(env: Env, update_template: dict[str, Any], annotations: dict[str, str] | None = None) -> None:
@@ -141,11 +44,11 @@ def _cluster(env: Env, update_template: dict[str, Any], annotations: dict[str, s
         c.serve(*api, kind={"statefulsets": "StatefulSet", "daemonsets": "DaemonSet", "controllerrevisions": "ControllerRevision",
                             "leases": "Lease", "validatingadmissionpolicies": "ValidatingAdmissionPolicy"}[api[2]],
                 namespaced=api[2] != "validatingadmissionpolicies")
-    c.put(*REV_API, _revision("db-1", _template(), 1))
-    c.put(*REV_API, _revision("db-2", update_template, 2))
+    c.put(*REV_API, sts_revision("db-1", sts_template(), 1))
+    c.put(*REV_API, sts_revision("db-2", update_template, 2))
     for i, node in ((0, "node-2"), (1, NODE), (2, NODE)):
-        c.apply(_pod(i, node, "db-1", _template()))
-    c.put(*STS_API, _sts("db-2", annotations))
+        c.apply(sts_pod(i, node, "db-1", sts_template()))
+    c.put(*STS_API, sts_object("db-2", annotations))
 
 
 def _patched(env: Env) -> list[str]:
@@ -165,10 +68,10 @@ def config() -> dict[str, Any]:
 
 
 def test_only_a_sidecar_image_changed_each_pod_of_this_node_is_updated_in_place_in_order(env: Env, config: dict[str, Any]) -> None:
-    update = _template(proxy="proxy:2")
+    update = sts_template(proxy="proxy:2")
     _cluster(env, update)
     apps_before = {n: _pod_by_name(env, n)["status"]["containerStatuses"][0]["containerID"] for n in ("db-1", "db-2")}
-    with FakeKubelet(env, update, "db-2") as kubelet:
+    with FakeKubelet(env.cluster, update, "db-2") as kubelet:
         daemon = env.daemon(**config)
         daemon.ready()
         wait_for(lambda: all(_pod_by_name(env, n)["metadata"]["labels"]["controller-revision-hash"] == "db-2" for n in ("db-1", "db-2")),
@@ -205,10 +108,10 @@ def test_only_a_sidecar_image_changed_each_pod_of_this_node_is_updated_in_place_
 
 
 def test_a_change_beyond_images_recreates_the_pod(env: Env, config: dict[str, Any]) -> None:
-    update = _template(proxy="proxy:2", env="fast")
+    update = sts_template(proxy="proxy:2", env="fast")
     _cluster(env, update)
     uid_before = _pod_by_name(env, "db-2")["metadata"]["uid"]
-    with FakeKubelet(env, update, "db-2"):
+    with FakeKubelet(env.cluster, update, "db-2"):
         daemon = env.daemon(**config)
         daemon.ready()
         wait_for(lambda: len(daemon.logged("rollout.done")) == 2, "both pods recreated")
@@ -222,9 +125,9 @@ def test_a_change_beyond_images_recreates_the_pod(env: Env, config: dict[str, An
 
 
 def test_a_pod_not_ready_at_the_new_revision_halts_the_rollout(env: Env, config: dict[str, Any]) -> None:
-    update = _template(proxy="proxy:2")
+    update = sts_template(proxy="proxy:2")
     _cluster(env, update)
-    with FakeKubelet(env, update, "db-2", start_new=False):  # the new proxy never becomes ready
+    with FakeKubelet(env.cluster, update, "db-2", start_new=False):  # the new proxy never becomes ready
         daemon = env.daemon(**config)
         daemon.ready()
         wait_for(lambda: [e for e in env.cluster.events.values() if e["reason"] == "RolloutHalted"], "the halt", timeout=30)
@@ -236,12 +139,12 @@ def test_a_pod_not_ready_at_the_new_revision_halts_the_rollout(env: Env, config:
 
 
 def test_a_slot_held_by_another_node_makes_this_node_wait(env: Env, config: dict[str, Any]) -> None:
-    update = _template(proxy="proxy:2")
+    update = sts_template(proxy="proxy:2")
     _cluster(env, update)
     now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
     env.cluster.put(*LEASE_API, {"metadata": {"name": "kcg-rollout-statefulset-db-0", "namespace": "default"},
                                  "spec": {"holderIdentity": "node-2/db-0", "leaseDurationSeconds": 600, "renewTime": now}})
-    with FakeKubelet(env, update, "db-2"):
+    with FakeKubelet(env.cluster, update, "db-2"):
         daemon = env.daemon(**config)
         daemon.ready()
         wait_for(lambda: "slot" in json.dumps(env.cluster.get(*STS_API, "default", "db")["metadata"].get("annotations", {})), "db-2 waiting for a slot")
@@ -262,14 +165,14 @@ def test_off_without_the_admission_policy_api(env: Env) -> None:
 def test_a_new_pod_with_the_readiness_gate_gets_the_condition_true(env: Env, config: dict[str, Any]) -> None:
     """A pod whose template lists the gate is never Ready until something sets the condition: the agent
     does, for this node's pods of opted-in workloads (from the pods it has: no API read)."""
-    _cluster(env, _template())
+    _cluster(env, sts_template())
     for name in ("db-0", "db-1", "db-2"):  # as created by the controller: no InPlaceUpdateReady condition yet
         pod = _pod_by_name(env, name)
         pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
         with env.cluster.lock:
             env.cluster.pods[pod["metadata"]["uid"]] = pod
             env.cluster._emit("MODIFIED", pod)
-    env.cluster.put(*STS_API, _sts("db-1"))  # nothing to roll out
+    env.cluster.put(*STS_API, sts_object("db-1"))  # nothing to roll out
     daemon = env.daemon(**config)
     daemon.ready()
     for name in ("db-1", "db-2"):
@@ -284,7 +187,7 @@ def test_a_new_pod_with_the_readiness_gate_gets_the_condition_true(env: Env, con
 def test_rollout_status_shows_each_pod_and_why(env: Env, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
     from agent.cli import main
 
-    update = _template(proxy="proxy:2")
+    update = sts_template(proxy="proxy:2")
     _cluster(env, update)
     kubeconfig = tmp_path / "kc"
     kubeconfig.write_text(env.api.kubeconfig())
@@ -322,19 +225,19 @@ def test_a_daemonset_pod_is_updated_in_place_with_its_template_generation(env: E
                             "leases": "Lease", "validatingadmissionpolicies": "ValidatingAdmissionPolicy"}[api[2]],
                 namespaced=api[2] != "validatingadmissionpolicies")
     owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "db", "uid": "ds-uid", "controller": True}]
-    for number, (h, template) in enumerate((("aaa1", _template()), ("bbb2", _template(proxy="proxy:2"))), start=1):
-        rev = _revision(f"db-{h}", template, number)
+    for number, (h, template) in enumerate((("aaa1", sts_template()), ("bbb2", sts_template(proxy="proxy:2"))), start=1):
+        rev = sts_revision(f"db-{h}", template, number)
         rev["metadata"]["labels"]["controller-revision-hash"] = h
         rev["metadata"]["ownerReferences"] = owner
         c.put(*REV_API, rev)
-    pod = _pod(0, NODE, "aaa1", _template())
+    pod = sts_pod(0, NODE, "aaa1", sts_template())
     pod["metadata"]["name"] = "db-x7k2p"
     pod["metadata"]["ownerReferences"] = owner
     pod["metadata"]["labels"]["pod-template-generation"] = "1"
     c.apply(pod)
     ds = {"metadata": {"name": "db", "namespace": "default", "uid": "ds-uid", "generation": 2,
                        "annotations": {"kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}},
-          "spec": {"selector": {"matchLabels": {"app": "db"}}, "updateStrategy": {"type": "OnDelete"}, "template": _template(proxy="proxy:2")},
+          "spec": {"selector": {"matchLabels": {"app": "db"}}, "updateStrategy": {"type": "OnDelete"}, "template": sts_template(proxy="proxy:2")},
           "status": {"desiredNumberScheduled": 1}}
     c.put(*DS_API, ds)
 
@@ -343,7 +246,7 @@ def test_a_daemonset_pod_is_updated_in_place_with_its_template_generation(env: E
             for p in c.pods.values():
                 st = p["status"]["containerStatuses"][1]
                 if p["spec"]["containers"][1]["image"] != st["image"]:
-                    st.update(image=p["spec"]["containers"][1]["image"], containerID=_cid("restarted"), ready=True)
+                    st.update(image=p["spec"]["containers"][1]["image"], containerID=container_id("restarted"), ready=True)
                     c._emit("MODIFIED", p)
 
     daemon = env.daemon(**config)
@@ -354,4 +257,84 @@ def test_a_daemonset_pod_is_updated_in_place_with_its_template_generation(env: E
     assert got["metadata"]["labels"]["pod-template-generation"] == "2"
     assert got["spec"]["containers"][1]["image"] == "proxy:2"
     assert env.cluster.count("DELETE", "/pods/") == 0
+    assert daemon.terminate() == 0
+
+
+def _unavailable(env: Env) -> int:
+    with env.cluster.lock:
+        pods = list(env.cluster.pods.values())
+        return sum(1 for p in pods if any(c["type"] == "Ready" and c["status"] != "True" for c in p["status"]["conditions"])
+                   or any(c["type"] == GATE and c["status"] == "False" for c in p["status"]["conditions"]))
+
+
+def test_two_nodes_keep_the_order_the_partition_and_the_budget_at_every_step(env: Env, config: dict[str, Any], tmp_path: Any) -> None:
+    """Two agents (node-1, node-2), four pods alternating between them, partition 1, max-unavailable 1:
+    db-3 (node-1), db-2 (node-2), db-1 (node-1) in that order, db-0 kept; never more than one pod
+    unavailable, sampled every 10 ms; a 409 on db-3's patch retried; then the template reverts and db-1..3
+    go back in place."""
+    update = sts_template(proxy="proxy:2")
+    nodes = {"db-0": "node-2", "db-1": NODE, "db-2": "node-2", "db-3": NODE}
+    c = env.cluster
+    for api in (STS_API, DS_API, REV_API, LEASE_API, VAP_API):
+        c.serve(*api, kind={"statefulsets": "StatefulSet", "daemonsets": "DaemonSet", "controllerrevisions": "ControllerRevision",
+                            "leases": "Lease", "validatingadmissionpolicies": "ValidatingAdmissionPolicy"}[api[2]],
+                namespaced=api[2] != "validatingadmissionpolicies")
+    c.put(*REV_API, sts_revision("db-1", sts_template(), 1))
+    c.put(*REV_API, sts_revision("db-2", update, 2))
+    for name, node in nodes.items():
+        c.apply(sts_pod(int(name[-1]), node, "db-1", sts_template()))
+    sts = sts_object("db-2", {"kube-cgroup-agent.io/partition": "1"})
+    sts["spec"]["replicas"] = 4
+    c.put(*STS_API, sts)
+    c.fail("PATCH", "/pods/db-3$", 409)  # the first image patch of db-3 meets a conflict
+    c.other_nodes["node-2"] = {**copy.deepcopy(c.node), "metadata": {"name": "node-2", "resourceVersion": "1"}}
+    worst = [0]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.01):
+            worst[0] = max(worst[0], _unavailable(env))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    second = tmp_path / "node-2.yaml"
+    second.write_text(env.config(nodeName="node-2", stateDir=str(tmp_path / "state-2"), observeOnly=True, **config).read_text())
+    from tests.daemon.conftest import Daemon
+
+    with FakeKubelet(env.cluster, update, "db-2", nodes=nodes) as kubelet:
+        one = env.daemon(**config)
+        two = Daemon(second, tmp_path / "node-2.log").start()
+        env.daemons.append(two)
+        one.ready()
+        two.ready()
+        wait_for(lambda: len(one.logged("rollout.done")) == 2 and len(two.logged("rollout.done")) == 1, "db-3, db-2, db-1 updated", timeout=60)
+        assert _patched(env) == ["db-3", "db-2", "db-1"]
+        assert _pod_by_name(env, "db-0")["metadata"]["labels"]["controller-revision-hash"] == "db-1"  # below the partition
+        assert sorted(kubelet.restarts) == [("db-1", "proxy"), ("db-2", "proxy"), ("db-3", "proxy")]
+        # the template reverts: the updated pods go back in place, in the same order
+        kubelet.update, kubelet.template = "db-1", sts_template()
+        c.put(*STS_API, {**sts, "status": {"currentRevision": "db-1", "updateRevision": "db-1"}})
+        wait_for(lambda: all(_pod_by_name(env, n)["spec"]["containers"][1]["image"] == "proxy:1" for n in ("db-1", "db-2", "db-3"))
+                 and len(one.logged("rollout.done")) == 4 and len(two.logged("rollout.done")) == 2, "the rollback", timeout=60)
+    sampling.set()
+    sampler.join(5)
+    assert worst[0] == 1  # one pod at a time, never two, across both nodes
+    conflicts = [r for r in c.recorded("PATCH", "/pods/db-3") if "/status" not in r.path]
+    assert len(conflicts) >= 3  # the 409, its retry, and the rollback's patch
+    assert c.count("DELETE", "/pods/") == 0
+    assert one.terminate() == 0 and two.terminate() == 0
+
+
+def test_a_crashed_agents_slot_expires(env: Env, config: dict[str, Any]) -> None:
+    """A slot Lease whose holder stopped renewing it (renewTime older than its duration) is taken over."""
+    update = sts_template(proxy="proxy:2")
+    _cluster(env, update)
+    stale = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(time.time() - 120))
+    env.cluster.put(*LEASE_API, {"metadata": {"name": "kcg-rollout-statefulset-db-0", "namespace": "default"},
+                                 "spec": {"holderIdentity": "node-2/db-0", "leaseDurationSeconds": 30, "renewTime": stale}})
+    with FakeKubelet(env.cluster, update, "db-2"):
+        daemon = env.daemon(**config)
+        daemon.ready()
+        wait_for(lambda: len(daemon.logged("rollout.done")) == 2, "both updated, the stale slot taken over")
+    assert _patched(env) == ["db-2", "db-1"]
     assert daemon.terminate() == 0
