@@ -90,6 +90,7 @@ class Flight:
     since: float = 0.0
     before: Mapping[str, ContainerRun] = field(default_factory=dict)
     overdue: bool = False
+    renewed: float = 0.0  # when the slot's Lease was last renewed (monotonic)
     warned_restart: set[str] = field(default_factory=set)
 
     @property
@@ -313,15 +314,16 @@ class RolloutComponent:
         for i in range(free):  # a pod unavailable already costs the budget nothing more
             name = f"{base}-{i}"[:253]
             if acquire(self.ctx.api, ns, name, f"{self.node}/{f.holder}", LEASE_S, time.time, {LEASE_LABEL: f"{w.kind.value.lower()}.{w.name}"}):
-                f.slot = name
+                f.slot, f.renewed = name, time.monotonic()
                 return True
         return False
 
     def _advance(self, f: Flight, pod: Mapping[str, Any] | None) -> None:
         """Take the pod as far as it can go now (each step once; a step that must wait returns)."""
         w = f.workload
-        if f.slot:  # renew: a crashed agent's slot expires, a live one's never does
+        if f.slot and time.monotonic() - f.renewed >= LEASE_S / 3:  # a crashed agent's slot expires, a live one's never does
             acquire(self.ctx.api, w.namespace, f.slot, f"{self.node}/{f.holder}", LEASE_S, time.time)
+            f.renewed = time.monotonic()
         if pod is None or str(pod["metadata"]["uid"]) != f.uid:
             if f.change.kind is Kind.RECREATE and f.phase == "wait":
                 return self._wait_successor(f, pod)
@@ -462,7 +464,7 @@ class RolloutComponent:
             uid = str(p["metadata"]["uid"])
             labels = (p.get("metadata") or {}).get("labels") or {}
             if uid in self.flights:
-                mine[name] = f"updating ({self.flights[uid].phase})"
+                mine[name] = "updating"
             elif name in waiting:
                 mine[name] = f"waiting: {waiting[name]}"
             elif labels.get(REVISION_LABEL) == update_hash:

@@ -27,6 +27,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -487,6 +488,25 @@ def test_vpa_infeasible_on_the_real_kubelet_is_reported_and_explained(agent: Age
     kubectl("delete", "vpa", "greedy", "--wait=false")
 
 
+def _api_requests() -> float:
+    """Every request the API server has served so far but watches (apiserver_request_total)."""
+    total = 0.0
+    for line in kubectl("get", "--raw", "/metrics").splitlines():
+        if line.startswith("apiserver_request_total{") and 'verb="WATCH"' not in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _downtime(pod: dict[str, Any], container: str) -> float:
+    """Seconds between the container's previous run ending and its current one starting (1 s resolution)."""
+    [cs] = [c for c in pod["status"]["containerStatuses"] if c["name"] == container]
+    return _stamp(cs["state"]["running"]["startedAt"]) - _stamp(cs["lastState"]["terminated"]["finishedAt"])
+
+
 def _new_revision(name: str, seen: tuple[str, ...]) -> str | None:
     """The StatefulSet's update revision once it differs from its current one and from `seen`."""
     st = json.loads(kubectl("get", "sts", name, "-o", "json")).get("status") or {}
@@ -532,6 +552,8 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
     wait_for("both pods Ready (the agent opened the readiness gate)", lambda: len(pods := _sts_pods("web")) == 2 and all(_ready(p) for p in pods), 120)
     before = {p["metadata"]["name"]: (p["metadata"]["uid"], _runs(p)) for p in _sts_pods("web")}
 
+    time.sleep(5)  # quiet: the pods' start-up writes are done
+    r0 = _api_requests()
     t0 = time.monotonic()
     kubectl("patch", "statefulset", "web", "--type", "json", "-p", json.dumps(
         [{"op": "replace", "path": "/spec/template/spec/containers/1/image", "value": second}]))
@@ -546,6 +568,8 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
     wait_for("both pods updated in place and Ready", updated, 180)
     in_place_s = time.monotonic() - t0
     wait_for("the controller counting them updated", lambda: json.loads(kubectl("get", "sts", "web", "-o", "json"))["status"].get("updatedReplicas") == 2, 60)
+    time.sleep(5)  # the writes that follow (status, endpoints) counted too
+    in_place_requests = _api_requests() - r0
     for p in _sts_pods("web"):
         uid, runs_before = before[p["metadata"]["name"]]
         assert p["metadata"]["uid"] == uid  # patched, not recreated
@@ -553,6 +577,7 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
         assert _runs(p)["side"][0] != runs_before["side"][0]  # the sidecar: a new container with the new image
     patched = [e["pod"] for e in agent.lines() if e.get("event") == "rollout.patched" and e.get("workload") == "StatefulSet/default/web"]
     assert patched == ["web-1", "web-0"]  # the highest ordinal first
+    down = [_downtime(p, "side") for p in _sts_pods("web")]  # the sidecar's stop -> start, as the kubelet reports it
 
     # the admission policy: the agent's token may not change anything else on a pod
     agent_kubeconfig = str(agent.config.parent / "kubeconfig")
@@ -564,6 +589,8 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
     assert denied.returncode != 0 and "only container images" in denied.stderr, denied.stderr
 
     # anything beyond images: Recreate (deleted, recreated by the controller at the update revision)
+    time.sleep(5)
+    r1 = _api_requests()
     t1 = time.monotonic()
     kubectl("patch", "statefulset", "web", "--type", "json", "-p", json.dumps(
         [{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [{"name": "MODE", "value": "fast"}]}]))
@@ -571,8 +598,56 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
     wait_for("both pods recreated and Ready", lambda: all(p["metadata"]["labels"].get("controller-revision-hash") == update2 and _ready(p)
                                                           for p in _sts_pods("web")) and len(_sts_pods("web")) == 2, 240)
     recreate_s = time.monotonic() - t1
+    time.sleep(5)
+    recreate_requests = _api_requests() - r1
     assert all(p["metadata"]["uid"] != before[p["metadata"]["name"]][0] for p in _sts_pods("web"))
-    print(f"\ne2e-k8s: StatefulSet of 2, sidecar image: all pods updated in place in {in_place_s:.1f} s; env change, recreated in {recreate_s:.1f} s")
+    print(f"\ne2e-k8s: StatefulSet of 2, sidecar image: all pods updated in place in {in_place_s:.1f} s ({in_place_requests:.0f} API requests); "
+          f"env change, recreated in {recreate_s:.1f} s ({recreate_requests:.0f} API requests)")
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
         data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
-        Path(out).write_text(json.dumps({**data, "sts_in_place_s": in_place_s, "sts_recreate_s": recreate_s}, indent=2) + "\n")
+        Path(out).write_text(json.dumps({**data, "sts_in_place_s": in_place_s, "sts_recreate_s": recreate_s,
+                                         "sts_sidecar_down_s": down, "sts_in_place_api_requests": in_place_requests,
+                                         "sts_recreate_api_requests": recreate_requests}, indent=2) + "\n")
+
+
+def test_a_daemonset_sidecar_image_update_is_in_place_and_an_env_change_recreates(agent: Agent) -> None:
+    """The same for a DaemonSet (its one pod on this node): a new sidecar image in place, the pod's UID and
+    its app container kept, the controller counting it updated; an env change recreates the pod."""
+    second = IMAGE.rsplit(":", 1)[0] + ":2"
+    sock = RK / "state" / "containerd" / "containerd.sock"
+    subprocess.run(["ctr", "-a", str(sock), "-n", "k8s.io", "images", "tag", "--force", IMAGE, second], check=True, capture_output=True)
+
+    def container(name: str, image: str) -> dict[str, Any]:
+        return {"name": name, "image": image, "imagePullPolicy": "Never", "command": ["sleep", "1000000"]}
+
+    ds = {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "logd", "namespace": "default", "annotations": {"kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}},
+        "spec": {"selector": {"matchLabels": {"app": "logd"}}, "updateStrategy": {"type": "OnDelete"},
+                 "template": {"metadata": {"labels": {"app": "logd"}}, "spec": {
+                     "terminationGracePeriodSeconds": 1, "readinessGates": [{"conditionType": "kube-cgroup-agent.io/InPlaceUpdateReady"}],
+                     "containers": [container("app", IMAGE), container("side", IMAGE)]}}},
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(ds))
+    wait_for("the DaemonSet's pod Ready", lambda: len(pods := _sts_pods("logd")) == 1 and _ready(pods[0]), 120)
+    [before] = _sts_pods("logd")
+    kubectl("patch", "daemonset", "logd", "--type", "json", "-p", json.dumps(
+        [{"op": "replace", "path": "/spec/template/spec/containers/1/image", "value": second}]))
+
+    def status() -> dict[str, Any]:
+        got: dict[str, Any] = json.loads(kubectl("get", "ds", "logd", "-o", "json"))
+        return got
+
+    wait_for("the controller counting it updated", lambda: (st := status()["status"]).get("updatedNumberScheduled") == 1
+             and status()["metadata"]["generation"] == st.get("observedGeneration") and _ready(_sts_pods("logd")[0])
+             and _sts_pods("logd")[0]["spec"]["containers"][1]["image"] == second, 120)
+    [after] = _sts_pods("logd")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert _runs(after)["app"][:2] == _runs(before)["app"][:2]
+    assert _runs(after)["side"][0] != _runs(before)["side"][0]
+    assert after["metadata"]["labels"]["pod-template-generation"] == str(status()["metadata"]["generation"])
+    kubectl("patch", "daemonset", "logd", "--type", "json", "-p", json.dumps(
+        [{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [{"name": "MODE", "value": "fast"}]}]))
+    wait_for("the pod recreated and Ready", lambda: len(pods := _sts_pods("logd")) == 1 and pods[0]["metadata"]["uid"] != after["metadata"]["uid"]
+             and _ready(pods[0]) and any(c.get("env") for c in pods[0]["spec"]["containers"]), 120)
+    kubectl("delete", "daemonset", "logd", "--wait=false")

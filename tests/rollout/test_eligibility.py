@@ -50,7 +50,16 @@ CASES = [
     ("equal quantities, empty list dropped", _with(spec__containers__0__resources={"requests": {"cpu": "1000m", "memory": "1024Mi"}},
                                                    spec__containers__0__env=None), Options(), Kind.NONE, {}),
     ("an env change", _with(spec__containers__0__env=[{"name": "A", "value": "1"}]), Options(), Kind.RECREATE, {}),
-    ("an init container image", _with(spec__initContainers=[{"name": "init", "image": "i:2"}]), Options(), Kind.RECREATE, {}),
+    ("an init container added", _with(spec__initContainers=[{"name": "init", "image": "i:2"}]), Options(), Kind.RECREATE, {}),
+    ("image + a template label", _with(spec__containers__1__image="proxy:2", metadata={"labels": {"app": "db", "tier": "x"}}),
+     Options(), Kind.RECREATE, {}),
+    ("image + a template label, metadata on", _with(spec__containers__1__image="proxy:2", metadata={"labels": {"app": "db", "tier": "x"}}),
+     Options(metadata_in_place=True), Kind.IN_PLACE, {"proxy": "proxy:2"}),
+    ("image + env", _with(spec__containers__1__image="proxy:2", spec__containers__0__env=[{"name": "A", "value": "1"}]),
+     Options(), Kind.RECREATE, {}),
+    ("containers reordered", _with(spec__containers=[{"name": "proxy", "image": "proxy:1"},
+                                                     {"name": "db", "image": "db:1", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]),
+     Options(), Kind.RECREATE, {}),
     ("resources, off", _with(spec__containers__0__resources={"requests": {"cpu": "2", "memory": "1Gi"}}), Options(), Kind.RECREATE, {}),
     ("resources, on", _with(spec__containers__0__resources={"requests": {"cpu": "2", "memory": "1Gi"}}),
      Options(resources_in_place=True), Kind.IN_PLACE, {}),
@@ -68,6 +77,16 @@ def test_classify(what: str, update: dict[str, Any], opts: Options, kind: Kind, 
     assert change.kind is kind, change.reason
     assert dict(change.images) == images
     assert current == before  # the inputs are not touched
+
+
+def test_an_init_container_image_change_is_recreate() -> None:
+    # the seed compares only spec.containers' images; an init container's image is "anything else"
+    current = _template()
+    current["spec"]["initContainers"] = [{"name": "init", "image": "i:1"}]
+    update = copy.deepcopy(current)
+    update["spec"]["initContainers"][0]["image"] = "i:2"
+    change = classify(current, update, Q)
+    assert change.kind is Kind.RECREATE and change.reason.startswith("spec.initContainers[0].image differs")
 
 
 def test_a_container_added_is_recreate_with_the_reason() -> None:
