@@ -338,3 +338,21 @@ def test_a_crashed_agents_slot_expires(env: Env, config: dict[str, Any]) -> None
         wait_for(lambda: len(daemon.logged("rollout.done")) == 2, "both updated, the stale slot taken over")
     assert _patched(env) == ["db-2", "db-1"]
     assert daemon.terminate() == 0
+
+
+def test_with_resources_in_place_a_resources_change_goes_through_pods_resize(env: Env) -> None:
+    """rollout.resourcesInPlace: a template whose app container asks for more CPU (and nothing else)
+    is applied through pods/resize, the pod kept; without it, the same change recreates (test above)."""
+    update = sts_template()
+    update["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "200m", "memory": "64Mi"}}
+    _cluster(env, update)
+    with FakeKubelet(env.cluster, update, "db-2"):
+        daemon = env.daemon(rollout={"enabled": True, "readyTimeout": "3s", "resourcesInPlace": True})
+        daemon.ready()
+        wait_for(lambda: len(daemon.logged("rollout.done")) == 2, "both pods resized in place")
+    resized = env.cluster.recorded("PATCH", "/resize")
+    assert [r.path.split("/")[-2] for r in resized] == ["db-2", "db-1"]
+    assert resized[0].body["spec"]["containers"] == [{"name": "app", "resources": {"requests": {"cpu": "200m", "memory": "64Mi"}}}]
+    assert env.cluster.count("DELETE", "/pods/") == 0
+    assert _pod_by_name(env, "db-1")["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "200m"
+    assert daemon.terminate() == 0
