@@ -553,7 +553,10 @@ def _vpa(d: dict[str, Any]) -> list[str]:
 def _rollout(d: dict[str, Any]) -> list[str]:
     from bench import rollout
 
-    return rollout.markdown(d, _meta(d))
+    return rollout.markdown(d, _meta(d), _load(RESULTS_DIR, "prepull"))
+
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def markdown(results: Path) -> list[str]:

@@ -123,3 +123,10 @@ class FakeKubelet:
                 changed = True
             if changed:
                 cluster.apply(pod)
+
+
+def serve_rollout_kinds(cluster: FakeCluster) -> None:
+    """Register the kinds the rollout reads and writes (a cluster with the admission policy API)."""
+    for api, kind in ((STS_API, "StatefulSet"), (DS_API, "DaemonSet"), (REV_API, "ControllerRevision"), (LEASE_API, "Lease"),
+                      (VAP_API, "ValidatingAdmissionPolicy")):
+        cluster.serve(*api, kind=kind, namespaced=kind != "ValidatingAdmissionPolicy")

@@ -28,9 +28,9 @@ from tests.daemon.rollout_fakes import (
     LEASE_API,
     REV_API,
     STS_API,
-    VAP_API,
     FakeKubelet,
     container_id,
+    serve_rollout_kinds,
     sts_object,
     sts_pod,
     sts_revision,
@@ -40,10 +40,7 @@ from tests.daemon.rollout_fakes import (
 
 def _cluster(env: Env, update_template: dict[str, Any], annotations: dict[str, str] | None = None) -> None:
     c = env.cluster
-    for api in (STS_API, DS_API, REV_API, LEASE_API, VAP_API):
-        c.serve(*api, kind={"statefulsets": "StatefulSet", "daemonsets": "DaemonSet", "controllerrevisions": "ControllerRevision",
-                            "leases": "Lease", "validatingadmissionpolicies": "ValidatingAdmissionPolicy"}[api[2]],
-                namespaced=api[2] != "validatingadmissionpolicies")
+    serve_rollout_kinds(c)
     c.put(*REV_API, sts_revision("db-1", sts_template(), 1))
     c.put(*REV_API, sts_revision("db-2", update_template, 2))
     for i, node in ((0, "node-2"), (1, NODE), (2, NODE)):
@@ -220,10 +217,7 @@ def test_a_daemonset_pod_is_updated_in_place_with_its_template_generation(env: E
     """DaemonSet: the update revision is its newest ControllerRevision (by .revision), pods carry the
     revision's hash label; the patch moves both controller-revision-hash and pod-template-generation."""
     c = env.cluster
-    for api in (DS_API, STS_API, REV_API, LEASE_API, VAP_API):
-        c.serve(*api, kind={"daemonsets": "DaemonSet", "statefulsets": "StatefulSet", "controllerrevisions": "ControllerRevision",
-                            "leases": "Lease", "validatingadmissionpolicies": "ValidatingAdmissionPolicy"}[api[2]],
-                namespaced=api[2] != "validatingadmissionpolicies")
+    serve_rollout_kinds(c)
     owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "db", "uid": "ds-uid", "controller": True}]
     for number, (h, template) in enumerate((("aaa1", sts_template()), ("bbb2", sts_template(proxy="proxy:2"))), start=1):
         rev = sts_revision(f"db-{h}", template, number)
@@ -275,10 +269,7 @@ def test_two_nodes_keep_the_order_the_partition_and_the_budget_at_every_step(env
     update = sts_template(proxy="proxy:2")
     nodes = {"db-0": "node-2", "db-1": NODE, "db-2": "node-2", "db-3": NODE}
     c = env.cluster
-    for api in (STS_API, DS_API, REV_API, LEASE_API, VAP_API):
-        c.serve(*api, kind={"statefulsets": "StatefulSet", "daemonsets": "DaemonSet", "controllerrevisions": "ControllerRevision",
-                            "leases": "Lease", "validatingadmissionpolicies": "ValidatingAdmissionPolicy"}[api[2]],
-                namespaced=api[2] != "validatingadmissionpolicies")
+    serve_rollout_kinds(c)
     c.put(*REV_API, sts_revision("db-1", sts_template(), 1))
     c.put(*REV_API, sts_revision("db-2", update, 2))
     for name, node in nodes.items():

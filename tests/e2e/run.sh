@@ -129,7 +129,8 @@ step "image"
 "$PY" "$REPO/tests/e2e/build_image.py" "$D/image.tar" "$IMAGE"
 
 step "containerd ($SNAP) in $D, pods under /$CG_ROOT"
-sed -e "s#@D@#$D#g" -e "s#@SNAP@#$SNAP#g" -e "s#@IMAGE@#$IMAGE#g" \
+REGISTRY="127.0.0.1:$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+sed -e "s#@D@#$D#g" -e "s#@SNAP@#$SNAP#g" -e "s#@IMAGE@#$IMAGE#g" -e "s#@REGISTRY@#$REGISTRY#g" \
   "$REPO/tests/e2e/containerd.toml.in" >"$D/config.toml"
 containerd --config "$D/config.toml" >"$D/containerd.log" 2>&1 &
 CONTAINERD_PID=$!
@@ -153,7 +154,7 @@ fi
 
 step "pytest -m e2e tests/e2e"
 set +e
-KCG_AGENT_IMAGE="$AGENT_IMAGE" CRI_E2E_ENDPOINT="unix://$SOCK" CRI_E2E_DIR="$D" CRI_E2E_CGROUP_ROOT="/$CG_ROOT" CRI_E2E_IMAGE="$IMAGE" \
+KCG_AGENT_IMAGE="$AGENT_IMAGE" CRI_E2E_REGISTRY="$REGISTRY" CRI_E2E_ENDPOINT="unix://$SOCK" CRI_E2E_DIR="$D" CRI_E2E_CGROUP_ROOT="/$CG_ROOT" CRI_E2E_IMAGE="$IMAGE" \
   "$REPO/.venv/bin/pytest" -m e2e "$REPO/tests/e2e" ${PYTEST_ARGS:-}
 RC=$?
 set -e

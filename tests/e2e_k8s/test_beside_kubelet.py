@@ -640,7 +640,9 @@ def test_a_daemonset_sidecar_image_update_is_in_place_and_an_env_change_recreate
 
     wait_for("the controller counting it updated", lambda: (st := status()["status"]).get("updatedNumberScheduled") == 1
              and status()["metadata"]["generation"] == st.get("observedGeneration") and _ready(_sts_pods("logd")[0])
-             and _sts_pods("logd")[0]["spec"]["containers"][1]["image"] == second, 120)
+             and _sts_pods("logd")[0]["spec"]["containers"][1]["image"] == second
+             and _runs(_sts_pods("logd")[0])["side"][0] != _runs(before)["side"][0], 120)
+    wait_for("the agent's update done", lambda: [e for e in agent.lines() if e.get("event") == "rollout.done" and e.get("workload") == "DaemonSet/default/logd"], 60)
     [after] = _sts_pods("logd")
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
     assert _runs(after)["app"][:2] == _runs(before)["app"][:2]

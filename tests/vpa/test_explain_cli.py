@@ -5,28 +5,17 @@ panic button, no opt-in, two VPAs, the kubelet's Infeasible — with nothing wri
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent.cli import main
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import running_fake_cri
 from tests.resize.harness import ResizeNode, ctr, manifest
 
 MI = 1 << 20
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[ResizeNode]:
-    with running_fake_cri(tmp_path) as cri:
-        n = ResizeNode(FakeCgroupTree(tmp_path / "tree", "v1"), cri, tmp_path / "state")
-        try:
-            yield n
-        finally:
-            n.close()
 
 
 def _vpa(name: str = "web", target: str = "Deployment/web", opted_in: bool = True) -> dict[str, Any]:

@@ -4,11 +4,7 @@ real resize engine applying a changed recommendation in place on a bare node."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from agent.model import Resources
 from agent.pods.parse import parse_pod
@@ -16,8 +12,6 @@ from agent.resize.types import ResizeState
 from agent.vpa.model import VPA, Recommendation, UpdateMode
 from agent.vpa.policy import Options
 from agent.vpa.source import VPASource, owner_chain, resolve
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import running_fake_cri
 from tests.resize.harness import ResizeNode, ctr, manifest
 
 MI = 1 << 20
@@ -95,14 +89,6 @@ def test_a_vpa_that_does_not_opt_in_changes_nothing() -> None:
     assert parse_pod(_raw(), sources=(src,)).containers[0].requests.cpu_milli == 300
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[ResizeNode]:
-    with running_fake_cri(tmp_path) as cri:
-        n = ResizeNode(FakeCgroupTree(tmp_path / "tree", "v1"), cri, tmp_path / "state")
-        try:
-            yield n
-        finally:
-            n.close()
 
 
 def test_the_engine_applies_a_changed_recommendation_in_place(node: ResizeNode) -> None:
