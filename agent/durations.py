@@ -15,3 +15,16 @@ def parse_duration_us(text: str) -> int:
     if not m:
         raise ValueError(f"{text!r} is not a duration like 100ms")
     return int(float(m.group(1)) * _DURATION_UNITS_US[m.group(2)])
+
+
+def parse_timestamp(value: object) -> float | None:
+    """An API server timestamp (RFC 3339, `Z` or an offset, MicroTime's fraction too) as UNIX seconds;
+    None for anything else (a missing or unreadable time counts as unknown, never as an error)."""
+    if not isinstance(value, str) or not value:
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

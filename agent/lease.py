@@ -12,23 +12,16 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from agent.durations import parse_timestamp
+
 
 def micro(now: float) -> str:
     """A MicroTime as the API writes it."""
     return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def parse_micro(text: object) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None  # an unreadable renewTime counts as expired
-
-
 def expired(spec: Mapping[str, Any], now: float, default_s: float) -> bool:
-    renewed = parse_micro(spec.get("renewTime")) or 0.0
+    renewed = parse_timestamp(spec.get("renewTime")) or 0.0  # unreadable: expired
     return renewed + float(spec.get("leaseDurationSeconds") or default_s) < now
 
 

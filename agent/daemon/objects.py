@@ -1,10 +1,14 @@
-"""A watch sink keeping the latest objects of one kind in memory, for the components' own watches."""
+"""What the components beside the pod loop share: a watch sink keeping the latest objects of one kind in
+memory, and the threads and watches of one component, started and stopped together."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from agent.kube.watch import Watcher
+from agent.metrics import Metrics
 
 
 class ObjectCache:
@@ -40,3 +44,36 @@ class ObjectCache:
     def values(self) -> list[Mapping[str, Any]]:
         with self.lock:
             return list(self.items.values())
+
+
+Loop = Callable[[threading.Event], None]
+
+
+class Threads:
+    """A component's threads (each runs until `stop` is set) and the watches they run."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.threads: list[threading.Thread] = []
+        self.watchers: list[Watcher] = []
+
+    def start(self, loops: Sequence[tuple[str, Loop]], stop: threading.Event) -> None:
+        for name, fn in loops:
+            t = threading.Thread(target=fn, args=(stop,), name=name, daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def watch(self, call: Any, noun: str, sink: ObjectCache, stop: threading.Event, selector: str | None = None) -> None:
+        """List, then watch `call`'s objects into `sink` until `stop` (blocks: run it in one of the loops)."""
+        w = Watcher(call, noun, self.metrics, selector=selector)
+        self.watchers.append(w)
+        w.run(sink, stop)
+
+    def join(self, timeout_s: float, *wake: threading.Event) -> None:
+        """After `stop` was set: end the watches' streams, wake the loops waiting on `wake`, wait for all."""
+        for w in self.watchers:
+            w.interrupt()
+        for event in wake:
+            event.set()
+        for t in self.threads:
+            t.join(timeout_s)

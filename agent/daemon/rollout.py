@@ -31,10 +31,9 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from agent.daemon.components import Component, DaemonContext
-from agent.daemon.objects import ObjectCache
+from agent.daemon.objects import ObjectCache, Threads
 from agent.kube.errors import APIConflict, APIError, APINotFound, wrap
 from agent.kube.status import STRATEGIC_MERGE, PodRef
-from agent.kube.watch import Watcher
 from agent.lease import acquire, release
 from agent.logging import get_logger
 from agent.pods.quantity import parse_any
@@ -117,8 +116,7 @@ class RolloutComponent:
         self.ds_update: dict[tuple[str, int], str] = {}  # (DaemonSet uid, generation) -> update revision name
         self.status: dict[str, str] = {}  # workload key -> last status annotation written
         self._said: set[tuple[str, str]] = set()  # (object, what) already reported once
-        self._threads: list[threading.Thread] = []
-        self._watchers: list[Watcher] = []
+        self._threads = Threads(ctx.metrics)
 
     # ---- lifecycle ----
 
@@ -128,22 +126,13 @@ class RolloutComponent:
             ("rollout-daemonsets", lambda s: self._watch(self.apps.list_daemon_set_for_all_namespaces, "daemonsets", self.daemonsets, s)),
             ("rollout", self._loop),
         ]
-        for name, fn in loops:
-            t = threading.Thread(target=fn, args=(stop,), name=name, daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._threads.start(loops, stop)
 
     def join(self, timeout_s: float) -> None:
-        for w in self._watchers:
-            w.interrupt()
-        self.wake.set()
-        for t in self._threads:
-            t.join(timeout_s)
+        self._threads.join(timeout_s, self.wake)
 
     def _watch(self, call: Any, noun: str, sink: ObjectCache, stop: threading.Event) -> None:
-        w = Watcher(call, noun, self.ctx.metrics)
-        self._watchers.append(w)
-        w.run(sink, stop)
+        self._threads.watch(call, noun, sink, stop)
 
     def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set():

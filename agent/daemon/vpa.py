@@ -19,11 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from agent.daemon.components import Component, DaemonContext
-from agent.daemon.objects import ObjectCache
+from agent.daemon.objects import ObjectCache, Threads
 from agent.daemon.ownership import Thing
 from agent.kube.errors import APIError, APIForbidden, APINotFound, wrap
 from agent.kube.status import STRATEGIC_MERGE
-from agent.kube.watch import Watcher
 from agent.logging import get_logger
 from agent.resize.types import ResizeState, ResizeStatus
 from agent.vpa.applied import ActuatorState
@@ -63,8 +62,7 @@ class VPAComponent:
         self.nodes = ObjectCache(self._node_changed)
         self._reported: set[tuple[str, str]] = set()  # (VPA, problem) already logged
         self._annotation_forbidden = False
-        self._threads: list[threading.Thread] = []
-        self._watchers: list[Watcher] = []
+        self._threads = Threads(ctx.metrics)
         self.patched: dict[str, tuple[ContainerTarget, ...]] = {}  # pod uid -> what was last sent
         source.on_verdict = lambda pod, vpa, v: log.info(
             "vpa.decision", pod=pod, vpa=vpa, apply=v.apply, reason=v.reason, held=list(v.held)
@@ -180,22 +178,13 @@ class VPAComponent:
         if self.via_api:
             loops.append(("vpa-actuate", self._actuate_loop))
         loops.append(("vpa-usage", self._usage_loop))
-        for name, fn in loops:
-            t = threading.Thread(target=fn, args=(stop,), name=name, daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._threads.start(loops, stop)
 
     def join(self, timeout_s: float) -> None:
-        for w in self._watchers:
-            w.interrupt()
-        self.source.wake.set()
-        for t in self._threads:
-            t.join(timeout_s)
+        self._threads.join(timeout_s, self.source.wake)
 
     def _watch(self, call: Any, noun: str, sink: ObjectCache, stop: threading.Event, selector: str | None = None) -> None:
-        w = Watcher(call, noun, self.ctx.metrics, selector=selector)
-        self._watchers.append(w)
-        w.run(sink, stop)
+        self._threads.watch(call, noun, sink, stop, selector)
 
     def _vpa_loop(self, stop: threading.Event) -> None:
         """Wait for the VPA CRD (one warning when missing), then list/watch VPAs in every namespace."""

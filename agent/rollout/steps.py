@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from agent.durations import parse_timestamp
 from agent.rollout.eligibility import Change
 from agent.rollout.order import WorkloadKind
 from agent.rollout.workload import GENERATION_LABEL, READY_GATE, REVISION_LABEL, STATE, Workload
@@ -21,15 +21,6 @@ class ContainerRun:
     restarts: int
     image_id: str
     ready: bool
-
-
-def _stamp(v: object) -> float | None:
-    if not isinstance(v, str):
-        return None
-    try:
-        return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def runs(raw: Mapping[str, Any]) -> dict[str, ContainerRun]:
@@ -102,10 +93,10 @@ def is_failed(raw: Mapping[str, Any], update_hash: str, now: float, timeout_s: f
         return False
     gate = _condition(raw, READY_GATE)
     if gate is not None:
-        since = _stamp(gate.get("lastTransitionTime"))
+        since = parse_timestamp(gate.get("lastTransitionTime"))
         return gate.get("status") == "False" and since is not None and now - since > timeout_s
     ready = _condition(raw, "Ready")
-    created = _stamp(meta.get("creationTimestamp"))
+    created = parse_timestamp(meta.get("creationTimestamp"))
     return (ready is None or ready.get("status") != "True") and created is not None and now - created > timeout_s
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from agent.durations import parse_timestamp
 from agent.pods.parse import controller_owner, parse_pod, pod_key
 from agent.sources.base import ContainerResources, Proposal
 from agent.vpa.applied import ActuatorState
@@ -312,18 +313,9 @@ def resize_pending(raw: Mapping[str, Any]) -> tuple[ResizeBlock, str] | None:
     return None
 
 
-def _stamp(v: object) -> float | None:
-    if not isinstance(v, str):
-        return None
-    try:
-        return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def _age_s(raw: Mapping[str, Any], now: float) -> float | None:
     status = raw.get("status")
-    start = _stamp(status.get("startTime")) if isinstance(status, Mapping) else None
+    start = parse_timestamp(status.get("startTime")) if isinstance(status, Mapping) else None
     return None if start is None else now - start
 
 
@@ -334,7 +326,7 @@ def _quick_oom(raw: Mapping[str, Any]) -> bool:
         last = cs.get("lastState") if isinstance(cs, Mapping) else None
         term = last.get("terminated") if isinstance(last, Mapping) else None
         if isinstance(term, Mapping) and term.get("reason") == "OOMKilled":
-            started, finished = _stamp(term.get("startedAt")), _stamp(term.get("finishedAt"))
+            started, finished = parse_timestamp(term.get("startedAt")), parse_timestamp(term.get("finishedAt"))
             if started is not None and finished is not None and finished - started < QUICK_OOM_S:
                 return True
     return False

@@ -261,6 +261,7 @@ def test_two_vpas_on_one_pod_leave_it_alone_with_an_event(env: Env) -> None:
     daemon = env.daemon(vpa={"enabled": True})
     daemon.ready()
     env.cluster.put(*VPA_API, _vpa("300m", "200m", "400m"))
+    wait_for(lambda: env.node.read(quota) == "60000", "the first VPA's target applied")
     other = _vpa("500m", "450m", "600m")
     other["metadata"]["name"] = "web-rs"
     other["spec"]["targetRef"] = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4f"}
@@ -268,9 +269,8 @@ def test_two_vpas_on_one_pod_leave_it_alone_with_an_event(env: Env) -> None:
     wait_for(lambda: "VPAConflict" in env.cluster.event_reasons(uid), "the VPAConflict Event")
     [logged] = wait_for(lambda: daemon.logged("vpa.conflict"), "the log line")
     assert logged["vpas"] == ["default/web", "default/web-rs"]
-    # whatever was applied before the second VPA came stays; nothing new is applied while both claim it
-    before = env.node.read(quota)
+    # what was applied before the second VPA came stays; nothing new is applied while both claim it
     env.cluster.put(*VPA_API, _vpa("700m", "650m", "800m"))
     time.sleep(1.0)
-    assert env.node.read(quota) == before and env.cluster.event_reasons(uid).count("VPAConflict") == 1
+    assert env.node.read(quota) == "60000" and env.cluster.event_reasons(uid).count("VPAConflict") == 1
     assert daemon.terminate() == 0
