@@ -99,8 +99,7 @@ def test_only_a_sidecar_image_changed_each_pod_of_this_node_is_updated_in_place_
     wait_for(lambda: json.loads(env.cluster.get(*STS_API, "default", "db")["metadata"]["annotations"][f"kube-cgroup-agent.io/rollout-status.{NODE}"])["pods"]
              == {"db-1": "updated", "db-2": "updated"}, "the status annotation")
     assert status["revision"] == "db-2"
-    reasons = [e["reason"] for e in env.cluster.events.values()]
-    assert reasons.count("UpdatedInPlace") >= 2
+    wait_for(lambda: [e["reason"] for e in env.cluster.events.values()].count("UpdatedInPlace") >= 2, "the Events (sent in the background)")
     assert daemon.terminate() == 0
 
 
