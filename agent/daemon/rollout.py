@@ -47,6 +47,7 @@ from agent.rollout.steps import (
     has_gate,
     in_place_body,
     is_failed,
+    patched_and_running,
     progress,
     runs,
 )
@@ -222,12 +223,17 @@ class RolloutComponent:
         for pod in self.ctx.raw_pods():
             meta = pod.get("metadata") or {}
             uid = str(meta.get("uid") or "")
-            if not has_gate(pod) or uid in self.flights or gate_of(pod) is not None or meta.get("deletionTimestamp"):
+            gate = gate_of(pod)
+            if not has_gate(pod) or uid in self.flights or meta.get("deletionTimestamp"):
                 continue
+            if gate is not None and not (gate.get("status") == "False" and patched_and_running(pod)):
+                continue  # set already, or an update not finished (taken up as a turn: its revision is behind)
             ref = next((r for r in meta.get("ownerReferences") or [] if isinstance(r, Mapping) and r.get("controller")), None)
             if ref is None or (str(meta.get("namespace") or "default"), ref.get("kind"), ref.get("name")) not in owners:
                 continue
-            body = condition_body(uid, True, "NotUpdating", "no in-place update in progress", _now())
+            # a new pod; or one this agent patched before it stopped, whose containers now all run ready
+            body = (condition_body(uid, True, "NotUpdating", "no in-place update in progress", _now()) if gate is None
+                    else condition_body(uid, True, "UpdatedInPlace", "finished after the agent restarted", _now()))
             try:
                 self.core.patch_namespaced_pod_status(str(meta.get("name")), str(meta.get("namespace") or "default"), body,
                                                       _content_type=STRATEGIC_MERGE, _preload_content=False, _request_timeout=(10, 30))

@@ -108,3 +108,18 @@ def gate_of(raw: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def has_gate(raw: Mapping[str, Any]) -> bool:
     gates = (raw.get("spec") or {}).get("readinessGates") or []
     return any(isinstance(g, Mapping) and g.get("conditionType") == READY_GATE for g in gates)
+
+
+def patched_and_running(raw: Mapping[str, Any]) -> bool:
+    """The agent's in-place patch landed (its state annotation names the revision the pod's label now
+    carries) and every container runs ready: what is left of an update interrupted after its patch."""
+    meta = raw.get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(STATE)
+    try:
+        state = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return False
+    label = (meta.get("labels") or {}).get(REVISION_LABEL)
+    done = isinstance(state, Mapping) and label is not None and state.get("revision") == label
+    statuses = (raw.get("status") or {}).get("containerStatuses") or []
+    return done and bool(statuses) and all(isinstance(c, Mapping) and c.get("ready") is True for c in statuses)

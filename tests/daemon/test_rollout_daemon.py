@@ -346,3 +346,28 @@ def test_with_resources_in_place_a_resources_change_goes_through_pods_resize(env
     assert env.cluster.count("DELETE", "/pods/") == 0
     assert _pod_by_name(env, "db-1")["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "200m"
     assert daemon.terminate() == 0
+
+
+def test_an_update_interrupted_after_its_patch_is_finished_by_the_next_start(env: Env, config: dict[str, Any]) -> None:
+    """The agent patched db-2 and stopped before setting the condition True: the pod is at the update
+    revision with the condition False. The next start sees its patch landed and its containers ready, and
+    opens the gate; db-1, still behind, is updated as usual."""
+    update = sts_template(proxy="proxy:2")
+    _cluster(env, update)
+    with env.cluster.lock:
+        pod = next(p for p in env.cluster.pods.values() if p["metadata"]["name"] == "db-2")
+        pod["metadata"]["labels"]["controller-revision-hash"] = "db-2"
+        pod["metadata"]["annotations"] = {"kube-cgroup-agent.io/in-place-update-state": json.dumps({"revision": "db-2"})}
+        pod["spec"]["containers"][1]["image"] = "proxy:2"
+        pod["status"]["containerStatuses"][1].update(image="proxy:2", containerID=container_id("db-2-proxy-new"))
+        pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}, {"type": GATE, "status": "False", "lastTransitionTime": "2026-11-25T00:00:00Z"}]
+        env.cluster._emit("MODIFIED", pod)
+    with FakeKubelet(env.cluster, update, "db-2"):
+        daemon = env.daemon(**config)
+        daemon.ready()
+        uid = _pod_by_name(env, "db-2")["metadata"]["uid"]
+        wait_for(lambda: (env.cluster.condition(uid, GATE) or {}).get("status") == "True", "db-2's gate opened")
+        wait_for(lambda: len(daemon.logged("rollout.done")) == 1, "db-1 updated")
+    assert env.cluster.condition(uid, GATE)["reason"] == "UpdatedInPlace"  # type: ignore[index]
+    assert _patched(env) == ["db-1"]  # db-2 was not patched again
+    assert daemon.terminate() == 0
