@@ -267,6 +267,8 @@ class RolloutComponent:
             rev = self._revision(w.namespace, w.update_revision)
             return (w.update_revision, rev) if rev is not None else None
         name = self.ds_update.get((w.uid, w.generation))
+        if name is None and w.observed_generation < w.generation:
+            return None  # the controller has not written this generation's revision yet: next pass
         if name is None:
             selector = ",".join(f"{k}={v}" for k, v in sorted(w.selector.items()))
             listed: Any = self.apps.list_namespaced_controller_revision(w.namespace, label_selector=selector, _preload_content=False, _request_timeout=(10, 30))

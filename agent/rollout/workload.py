@@ -53,6 +53,7 @@ class Workload:
     partition: int = 0
     grace_s: int = 0
     readiness_gate: bool = False  # the template lists the InPlaceUpdateReady readiness gate
+    observed_generation: int = 0  # status.observedGeneration: the controller has seen `generation` when equal
 
     @property
     def key(self) -> str:
@@ -112,6 +113,7 @@ def parse_workload(kind: str, raw: Mapping[str, Any]) -> Workload | None:
         _int_annotation(key, annotations, PARTITION, 0),
         _int_annotation(key, annotations, GRACE, 0),
         any(isinstance(g, Mapping) and g.get("conditionType") == READY_GATE for g in gates),
+        int(status.get("observedGeneration") or 0),
     )
 
 

@@ -231,8 +231,14 @@ def test_a_daemonset_pod_is_updated_in_place_with_its_template_generation(env: E
     ds = {"metadata": {"name": "db", "namespace": "default", "uid": "ds-uid", "generation": 2,
                        "annotations": {"kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}},
           "spec": {"selector": {"matchLabels": {"app": "db"}}, "updateStrategy": {"type": "OnDelete"}, "template": sts_template(proxy="proxy:2")},
-          "status": {"desiredNumberScheduled": 1}}
-    c.put(*DS_API, ds)
+          "status": {"desiredNumberScheduled": 1, "observedGeneration": 1}}
+    c.put(*DS_API, ds)  # the controller has not seen generation 2 yet: its revision may not exist, wait
+    daemon = env.daemon(**config)
+    daemon.ready()
+    time.sleep(1.5)
+    assert not daemon.logged("rollout.start")
+    assert daemon.terminate() == 0
+    c.put(*DS_API, {**ds, "status": {"desiredNumberScheduled": 1, "observedGeneration": 2}})
 
     def kubelet() -> None:
         with c.lock:
