@@ -255,3 +255,23 @@ def test_a_missing_qos_tier_waits_and_everything_else_is_applied(
     else:
         assert report.waiting == ("default/b",)
     assert reconcile_once(settings).ok  # and again: still waiting, nothing fails
+
+
+def test_hugetlb_not_enabled_is_a_warning_and_everything_else_is_applied(
+    fake_cgroup_tree: Callable[..., FakeCgroupTree], tmp_path: Path
+) -> None:
+    """A hybrid node whose unified hierarchy has no hugetlb controller in the pods' cgroups (as this
+    machine's realk8s node): the hugetlb limits are left alone with one warning per cgroup, the CPU and
+    memory values of every pod are written, the pass is ok."""
+    tree = fake_cgroup_tree("hybrid")
+    settings = _fake_setup(tree, tmp_path)
+    for name in ("kubepods", "kubepods/burstable", "kubepods/besteffort", POD_G, POD_B):
+        for f in tree.path(f"unified/{name}").glob("hugetlb.*"):
+            f.unlink()
+    report = reconcile_once(settings)
+    assert report.ok, report.to_json()
+    assert any("hugetlb is not enabled" in w.message for w in report.warnings), report.warnings
+    assert tree.read(f"cpu/{POD_G}/cpu.cfs_quota_us") == "100000"
+    assert tree.read(f"memory/{POD_G}/memory.limit_in_bytes") == str(256 * MI)
+    assert tree.read(f"cpu/{POD_B}/cpu.cfs_quota_us") == "50000"
+    assert not list(tree.path(f"unified/{POD_G}").glob("hugetlb.*"))  # nothing created
