@@ -10,11 +10,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from agent.durations import parse_duration_us
+from agent.configsection import as_bool, as_seconds, parse_section
 from agent.rollout.eligibility import Options
 
 
@@ -38,29 +37,14 @@ _BOOLS = {
 }
 
 
+def _rollout_key(key: str, value: object) -> dict[str, Any]:
+    if key in _BOOLS:
+        return {_BOOLS[key]: as_bool(value)}
+    if key == "readyTimeout":
+        return {"ready_timeout_s": as_seconds(value, "5m", allow_zero=False)}
+    raise ValueError("unknown setting")
+
+
 def parse_rollout_settings(raw: object) -> RolloutSettings:
     """The section; ValueError lists every problem."""
-    if raw is None:
-        return RolloutSettings()
-    if not isinstance(raw, Mapping):
-        raise ValueError("rollout must be a map of settings")
-    changes: dict[str, Any] = {}
-    problems: list[str] = []
-    for key, value in raw.items():
-        try:
-            if key in _BOOLS:
-                if not isinstance(value, bool):
-                    raise ValueError(f"{value!r} is not true or false")
-                changes[_BOOLS[key]] = value
-            elif key == "readyTimeout":
-                seconds = parse_duration_us(str(value)) / 1e6 if isinstance(value, str) else value
-                if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
-                    raise ValueError(f"{value!r} is not a duration like 5m")
-                changes["ready_timeout_s"] = float(seconds)
-            else:
-                raise ValueError("unknown setting")
-        except ValueError as err:
-            problems.append(f"rollout.{key}: {err}")
-    if problems:
-        raise ValueError("; ".join(problems))
-    return replace(RolloutSettings(), **changes)
+    return parse_section("rollout", raw, RolloutSettings(), _rollout_key)

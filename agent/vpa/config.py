@@ -14,11 +14,10 @@ watch of the node, stops every new VPA-driven change there; nothing already appl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
-from agent.durations import parse_duration_us
+from agent.configsection import as_bool, as_seconds, parse_section
 from agent.vpa.policy import MIN_CHANGE, POD_LIFETIME_S, Options
 
 PANIC_LABEL: Final = "kube-cgroup-agent.io/vpa"  # value "off" on the node
@@ -39,38 +38,22 @@ class VPASettings:
         )
 
 
+def _vpa_key(key: str, value: object) -> dict[str, Any]:
+    if key in ("enabled", "treatRecreateAsInPlace"):
+        return {"enabled" if key == "enabled" else "treat_recreate_as_in_place": as_bool(value)}
+    if key == "actuate":
+        if value not in ("opted-in", "all"):
+            raise ValueError(f"{value!r} is not opted-in or all")
+        return {"actuate_all": value == "all"}
+    if key == "podLifetimeThreshold":
+        return {"pod_lifetime_s": as_seconds(value, "12h")}
+    if key in ("minChange", "memoryUsageMargin"):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 10:
+            raise ValueError(f"{value!r} is not a fraction like 0.1")
+        return {"min_change" if key == "minChange" else "usage_margin": float(value)}
+    raise ValueError("unknown setting")
+
+
 def parse_vpa_settings(raw: object) -> VPASettings:
     """The section; ValueError lists every problem."""
-    if raw is None:
-        return VPASettings()
-    if not isinstance(raw, Mapping):
-        raise ValueError("vpa must be a map of settings")
-    out = VPASettings()
-    changes: dict[str, Any] = {}
-    problems: list[str] = []
-    for key, value in raw.items():
-        try:
-            if key == "enabled" or key == "treatRecreateAsInPlace":
-                if not isinstance(value, bool):
-                    raise ValueError(f"{value!r} is not true or false")
-                changes["enabled" if key == "enabled" else "treat_recreate_as_in_place"] = value
-            elif key == "actuate":
-                if value not in ("opted-in", "all"):
-                    raise ValueError(f"{value!r} is not opted-in or all")
-                changes["actuate_all"] = value == "all"
-            elif key == "podLifetimeThreshold":
-                seconds = parse_duration_us(str(value)) / 1e6 if isinstance(value, str) else value
-                if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-                    raise ValueError(f"{value!r} is not a duration like 12h")
-                changes["pod_lifetime_s"] = float(seconds)
-            elif key in ("minChange", "memoryUsageMargin"):
-                if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 10:
-                    raise ValueError(f"{value!r} is not a fraction like 0.1")
-                changes["min_change" if key == "minChange" else "usage_margin"] = float(value)
-            else:
-                raise ValueError("unknown setting")
-        except ValueError as err:
-            problems.append(f"vpa.{key}: {err}")
-    if problems:
-        raise ValueError("; ".join(problems))
-    return replace(out, **changes)
+    return parse_section("vpa", raw, VPASettings(), _vpa_key)
