@@ -58,16 +58,15 @@ def run(target: str, namespace: str, kubeconfig: str | None, settings: RolloutSe
             raise RolloutStatusError(str(err)) from None
         if w is None:
             raise RolloutStatusError(f"{kind}/{namespace}/{name} does not opt in (annotation kube-cgroup-agent.io/pod-update-policy)")
-        selector = ",".join(f"{k}={v}" for k, v in sorted(w.selector.items()))
         if w.update_revision:
             update = w.update_revision
         else:
-            revs = _json(apps.list_namespaced_controller_revision(namespace, label_selector=selector, _preload_content=False, _request_timeout=(10, 30)))
+            revs = _json(apps.list_namespaced_controller_revision(namespace, label_selector=w.label_selector, _preload_content=False, _request_timeout=(10, 30)))
             latest = daemonset_update_revision(revs.get("items") or [], w.uid)
             if latest is None:
                 raise RolloutStatusError(f"{kind}/{namespace}/{name} has no ControllerRevision yet")
             update = revision_hash(latest)
-        pods = _json(core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False, _request_timeout=(10, 30)))
+        pods = _json(core.list_namespaced_pod(namespace, label_selector=w.label_selector, _preload_content=False, _request_timeout=(10, 30)))
     except RolloutStatusError:
         raise
     except Exception as err:

@@ -27,15 +27,15 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
 from agent.kube.errors import APIConflict, APIError, APINotFound, wrap
-from agent.kube.status import STRATEGIC_MERGE, PodRef
+from agent.kube.status import STRATEGIC_MERGE, PodRef, now_rfc3339
 from agent.lease import acquire, release
 from agent.logging import get_logger
+from agent.pods.parse import controller_owner
 from agent.pods.quantity import parse_any
 from agent.rollout.config import RolloutSettings
 from agent.rollout.eligibility import Change, Kind, classify, template_of
@@ -58,6 +58,7 @@ from agent.rollout.workload import (
     Policy,
     RolloutConfigError,
     Workload,
+    condition,
     daemonset_update_revision,
     owned_by,
     parse_workload,
@@ -70,10 +71,6 @@ log = get_logger("agent.daemon.rollout")
 TICK_S: Final = 1.0
 LEASE_S: Final = 30
 LEASE_LABEL: Final = "kube-cgroup-agent.io/rollout"
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -228,12 +225,12 @@ class RolloutComponent:
                 continue
             if gate is not None and not (gate.get("status") == "False" and patched_and_running(pod)):
                 continue  # set already, or an update not finished (taken up as a turn: its revision is behind)
-            ref = next((r for r in meta.get("ownerReferences") or [] if isinstance(r, Mapping) and r.get("controller")), None)
-            if ref is None or (str(meta.get("namespace") or "default"), ref.get("kind"), ref.get("name")) not in owners:
+            owner = controller_owner(meta)
+            if owner is None or (str(meta.get("namespace") or "default"), *owner) not in owners:
                 continue
             # a new pod; or one this agent patched before it stopped, whose containers now all run ready
-            body = (condition_body(uid, True, "NotUpdating", "no in-place update in progress", _now()) if gate is None
-                    else condition_body(uid, True, "UpdatedInPlace", "finished after the agent restarted", _now()))
+            body = (condition_body(uid, True, "NotUpdating", "no in-place update in progress", now_rfc3339()) if gate is None
+                    else condition_body(uid, True, "UpdatedInPlace", "finished after the agent restarted", now_rfc3339()))
             try:
                 self.core.patch_namespaced_pod_status(str(meta.get("name")), str(meta.get("namespace") or "default"), body,
                                                       _content_type=STRATEGIC_MERGE, _preload_content=False, _request_timeout=(10, 30))
@@ -243,8 +240,7 @@ class RolloutComponent:
     # ---- reading ----
 
     def _pods(self, w: Workload) -> list[Mapping[str, Any]]:
-        selector = ",".join(f"{k}={v}" for k, v in sorted(w.selector.items()))
-        listed: Any = self.core.list_namespaced_pod(w.namespace, label_selector=selector, _preload_content=False, _request_timeout=(10, 30))
+        listed: Any = self.core.list_namespaced_pod(w.namespace, label_selector=w.label_selector, _preload_content=False, _request_timeout=(10, 30))
         items = json.loads(listed.data).get("items") or []
         return [p for p in items if owned_by(p, w.uid)]
 
@@ -270,8 +266,7 @@ class RolloutComponent:
         if name is None and w.observed_generation < w.generation:
             return None  # the controller has not written this generation's revision yet: next pass
         if name is None:
-            selector = ",".join(f"{k}={v}" for k, v in sorted(w.selector.items()))
-            listed: Any = self.apps.list_namespaced_controller_revision(w.namespace, label_selector=selector, _preload_content=False, _request_timeout=(10, 30))
+            listed: Any = self.apps.list_namespaced_controller_revision(w.namespace, label_selector=w.label_selector, _preload_content=False, _request_timeout=(10, 30))
             items = json.loads(listed.data).get("items") or []
             for item in items:
                 self.revisions[(w.namespace, str(item["metadata"]["name"]))] = item
@@ -366,7 +361,7 @@ class RolloutComponent:
 
     def _condition(self, f: Flight, ready: bool, reason: str, message: str) -> Mapping[str, Any]:
         """Set the InPlaceUpdateReady condition; the pod as it is now (its new resourceVersion)."""
-        body = condition_body(f.uid, ready, reason, message, _now())
+        body = condition_body(f.uid, ready, reason, message, now_rfc3339())
         resp: Any = self.core.patch_namespaced_pod_status(f.pod, f.workload.namespace, body, _content_type=STRATEGIC_MERGE,
                                                           _preload_content=False, _request_timeout=(10, 30))
         pod: Mapping[str, Any] = json.loads(resp.data)
@@ -384,7 +379,7 @@ class RolloutComponent:
                 return True
             for attempt in range(3):  # a conflict (the kubelet wrote the pod's status meanwhile): read again, retry
                 f.before = runs(pod)
-                body = in_place_body(pod, w, f.update_hash, f.change, _now())
+                body = in_place_body(pod, w, f.update_hash, f.change, now_rfc3339())
                 try:
                     self.core.patch_namespaced_pod(f.pod, w.namespace, body, _content_type=STRATEGIC_MERGE,
                                                    _preload_content=False, _request_timeout=(10, 30))
@@ -425,7 +420,7 @@ class RolloutComponent:
         """A recreated pod's slot is held until its successor runs Ready at the update revision."""
         if pod is not None and str(pod["metadata"]["uid"]) != f.uid:
             labels = (pod.get("metadata") or {}).get("labels") or {}
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in ((pod.get("status") or {}).get("conditions") or []))
+            ready = (condition(pod, "Ready") or {}).get("status") == "True"
             if labels.get(REVISION_LABEL) == f.update_hash and ready:
                 self.ctx.metrics.rollout_pods.labels("recreated").inc()
                 return self._finish(f)

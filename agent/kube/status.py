@@ -56,7 +56,8 @@ class StatusReporter(Protocol):
     def close(self, timeout: float = 5.0) -> None: ...
 
 
-def _now() -> str:
+def now_rfc3339() -> str:
+    """Now, as the API writes a condition's lastTransitionTime or an Event's timestamps."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -163,7 +164,7 @@ class APIStatusReporter:
                 log.warning("status.report_failed", kind=kind, error=str(err))
 
     def _send_event(self, pod: PodRef, reason: str, message: str, warning: bool) -> None:
-        now = _now()
+        now = now_rfc3339()
         key = (pod.uid, reason, message)
         sent = self._sent.get(key)
         if sent is not None:
@@ -199,7 +200,7 @@ class APIStatusReporter:
         with self._lock:
             pod, ok, reason, message = self._conditions.pop(uid)
         if self._last_status.get(uid) != ok or uid not in self._transition:
-            self._transition[uid] = _now()
+            self._transition[uid] = now_rfc3339()
         body = condition_patch(pod, ok, reason, message, self._transition[uid])
         try:
             self.core.patch_namespaced_pod_status(

@@ -3,14 +3,13 @@ rollout and why — updated in place, recreated, updating, waiting (and for what
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agent.rollout.order import turns
 from agent.rollout.steps import gate_of, is_failed
-from agent.rollout.workload import STATE, Workload, pod_state
+from agent.rollout.workload import Workload, in_place_revision, pod_state
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,15 +47,6 @@ class Status:
         }
 
 
-def _in_place_revision(raw: Mapping[str, Any]) -> str | None:
-    text = ((raw.get("metadata") or {}).get("annotations") or {}).get(STATE)
-    try:
-        state = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return None
-    return str(state.get("revision")) if isinstance(state, Mapping) else None
-
-
 def status(w: Workload, pods: Sequence[Mapping[str, Any]], update_hash: str, now: float, timeout_s: float) -> Status:
     states = [pod_state(p, str((p.get("spec") or {}).get("nodeName") or ""), is_failed(p, update_hash, now, timeout_s)) for p in pods]
     rollout = w.rollout(update_hash, max(w.replicas, len(states)))
@@ -69,7 +59,7 @@ def status(w: Workload, pods: Sequence[Mapping[str, Any]], update_hash: str, now
             gate = gate_of(raw)
             if gate is not None and gate.get("status") == "False":
                 row = PodRow(s.name, s.node, s.revision, s.ready, "updating", str(gate.get("message") or ""))
-            elif _in_place_revision(raw) == update_hash:
+            elif in_place_revision(raw) == update_hash:
                 row = PodRow(s.name, s.node, s.revision, s.ready, "updated in place")
             else:
                 row = PodRow(s.name, s.node, s.revision, s.ready, "updated", "created or recreated at the update revision")

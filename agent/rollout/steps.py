@@ -12,7 +12,15 @@ from typing import Any
 from agent.durations import parse_timestamp
 from agent.rollout.eligibility import Change
 from agent.rollout.order import WorkloadKind
-from agent.rollout.workload import GENERATION_LABEL, READY_GATE, REVISION_LABEL, STATE, Workload
+from agent.rollout.workload import (
+    GENERATION_LABEL,
+    READY_GATE,
+    REVISION_LABEL,
+    STATE,
+    Workload,
+    condition,
+    in_place_revision,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,31 +86,24 @@ def in_place_body(raw: Mapping[str, Any], workload: Workload, update_hash: str, 
     return body
 
 
-def _condition(raw: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
-    for c in ((raw.get("status") or {}).get("conditions") or []):
-        if isinstance(c, Mapping) and c.get("type") == ctype:
-            return c
-    return None
-
-
 def is_failed(raw: Mapping[str, Any], update_hash: str, now: float, timeout_s: float) -> bool:
     """At the update revision and not Ready `timeout_s` after it got there: updated in place (the
     InPlaceUpdateReady condition False since then) or recreated (created then)."""
     meta = raw.get("metadata") or {}
     if (meta.get("labels") or {}).get(REVISION_LABEL) != update_hash or meta.get("deletionTimestamp"):
         return False
-    gate = _condition(raw, READY_GATE)
+    gate = condition(raw, READY_GATE)
     if gate is not None:
         since = parse_timestamp(gate.get("lastTransitionTime"))
         return gate.get("status") == "False" and since is not None and now - since > timeout_s
-    ready = _condition(raw, "Ready")
+    ready = condition(raw, "Ready")
     created = parse_timestamp(meta.get("creationTimestamp"))
     return (ready is None or ready.get("status") != "True") and created is not None and now - created > timeout_s
 
 
 def gate_of(raw: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The pod's InPlaceUpdateReady condition, if it has one."""
-    return _condition(raw, READY_GATE)
+    return condition(raw, READY_GATE)
 
 
 def has_gate(raw: Mapping[str, Any]) -> bool:
@@ -113,13 +114,7 @@ def has_gate(raw: Mapping[str, Any]) -> bool:
 def patched_and_running(raw: Mapping[str, Any]) -> bool:
     """The agent's in-place patch landed (its state annotation names the revision the pod's label now
     carries) and every container runs ready: what is left of an update interrupted after its patch."""
-    meta = raw.get("metadata") or {}
-    text = (meta.get("annotations") or {}).get(STATE)
-    try:
-        state = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return False
-    label = (meta.get("labels") or {}).get(REVISION_LABEL)
-    done = isinstance(state, Mapping) and label is not None and state.get("revision") == label
+    label = ((raw.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL)
+    done = label is not None and in_place_revision(raw) == label
     statuses = (raw.get("status") or {}).get("containerStatuses") or []
     return done and bool(statuses) and all(isinstance(c, Mapping) and c.get("ready") is True for c in statuses)

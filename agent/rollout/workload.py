@@ -9,6 +9,7 @@ stand for; a bad value is one `RolloutConfigError` naming the workload and the a
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -58,6 +59,11 @@ class Workload:
     @property
     def key(self) -> str:
         return f"{self.kind.value}/{self.namespace}/{self.name}"
+
+    @property
+    def label_selector(self) -> str:
+        """spec.selector.matchLabels as a list call's labelSelector."""
+        return ",".join(f"{k}={v}" for k, v in sorted(self.selector.items()))
 
     def rollout(self, update_revision: str, total: int) -> Rollout:
         return Rollout(self.kind, update_revision, total, max_unavailable(self.max_unavailable_raw, total), self.partition)
@@ -136,18 +142,29 @@ def revision_hash(revision: Mapping[str, Any]) -> str:
     return str(labels.get(REVISION_LABEL) or meta.get("name") or "")
 
 
-def _condition(raw: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
+def condition(raw: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
+    """The pod's condition of this type, if it has one."""
     for c in ((raw.get("status") or {}).get("conditions") or []):
         if isinstance(c, Mapping) and c.get("type") == ctype:
             return c
     return None
 
 
+def in_place_revision(raw: Mapping[str, Any]) -> str | None:
+    """The revision the agent's in-place patch moved the pod to (its state annotation), if any."""
+    text = ((raw.get("metadata") or {}).get("annotations") or {}).get(STATE)
+    try:
+        state = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return str(state.get("revision")) if isinstance(state, Mapping) else None
+
+
 def pod_state(raw: Mapping[str, Any], node_of: str, failed: bool) -> PodState:
     meta = raw.get("metadata") or {}
     name = str(meta.get("name"))
-    ready = _condition(raw, "Ready")
-    gate = _condition(raw, READY_GATE)
+    ready = condition(raw, "Ready")
+    gate = condition(raw, READY_GATE)
     return PodState(
         name,
         node_of,
