@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from agent.durations import parse_timestamp
+from agent.model import PodView
 from agent.pods.parse import controller_owner, parse_pod, pod_key
 from agent.sources.base import ContainerResources, Proposal
 from agent.vpa.applied import ActuatorState
@@ -146,8 +147,7 @@ class VPASource:
                 return self._proposal(kept, "") if kept else None
             pod = parse_pod(raw, sources=())  # the spec alone: what the pod has now
             if not self.propose_changes:
-                asked = tuple(ContainerTarget(c.name, c.requests, c.limits) for c in pod.containers)
-                self._kubelet_outcome(pod.key, pod.uid, raw, (res.vpa.key, asked))
+                self._kubelet_outcome(pod, raw, res.vpa.key)
             if not self.enabled:
                 self._verdict(pod.key, res.vpa.key, Verdict(False, "VPA changes are off on this node (panic button)"))
                 return self._proposal(kept, "kept from before the panic button") if kept else None
@@ -194,24 +194,24 @@ class VPASource:
             return Verdict(False, blocked.why(), held=verdict.held)
         return verdict
 
-    def _kubelet_outcome(
-        self, key: str, uid: str, raw: Mapping[str, Any], asked: tuple[str, tuple[ContainerTarget, ...]]
-    ) -> None:
+    def _kubelet_outcome(self, pod: PodView, raw: Mapping[str, Any], vpa: str) -> None:
         """Where the kubelet resizes: what its PodResizePending condition says of what was sent (for
         `explain`, which sent nothing itself: of what the spec asks for now)."""
-        blocked = self.blocked.get(uid)
-        sent = self.sent.get(uid) or ((blocked.vpa, blocked.targets) if blocked else None) or (asked if self.record else None)
-        if sent is None:
-            return
+        blocked = self.blocked.get(pod.uid)
+        sent = self.sent.get(pod.uid) or ((blocked.vpa, blocked.targets) if blocked else None)
+        if sent is None and not self.record:
+            return  # most pods: nothing sent, nothing to follow
+        asked = tuple(ContainerTarget(c.name, c.requests, c.limits) for c in pod.containers)
+        sent = sent or (vpa, asked)
         pending = resize_pending(raw)
         if pending is None:
             # no condition: accepted if the spec holds what was sent; a resize the API server refused
             # never reached the spec and stays blocked
-            spec = {t.container: target_values(t) for t in asked[1]}
-            if all(spec.get(t.container) == target_values(t) for t in sent[1]) and self.blocked.pop(uid, None) is not None:
+            spec = {t.container: target_values(t) for t in asked}
+            if all(spec.get(t.container) == target_values(t) for t in sent[1]) and self.blocked.pop(pod.uid, None) is not None:
                 self._persist()
             return
-        self._block(key, uid, Blocked(sent[0], sent[1], *pending))
+        self._block(pod.key, pod.uid, Blocked(sent[0], sent[1], *pending))
 
     def observe_status(self, uid: str, key: str, state: str, message: str) -> None:
         """Where the agent resizes: the engine's resize state of a pod whose VPA target is applied."""
