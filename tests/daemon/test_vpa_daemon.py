@@ -52,18 +52,24 @@ def _cluster(env: Env, kubelet: str = "") -> None:
         {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "d-1", "controller": True}]}})
 
 
+def _running(env: Env, kubelet: str = "") -> Any:
+    """The cluster with the Deployment's ReplicaSet, its pod web-6d4f-x on this node, the daemon ready."""
+    _cluster(env, kubelet)
+    env.node.add_pod(_pod())
+    env.publish("web-6d4f-x")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    return daemon
+
+
 def _never_evicted(env: Env) -> None:
     assert env.cluster.count("POST", "/eviction") == 0
     assert env.cluster.count("DELETE", "/pods/") == 0
 
 
 def test_a_recommendation_is_applied_in_place_and_the_panic_button_holds_the_next(env: Env) -> None:
-    _cluster(env)
-    env.node.add_pod(_pod())
-    env.publish("web-6d4f-x")
+    daemon = _running(env)
     quota = env.node.container_path("web-6d4f-x", "app", "cpu.cfs_quota_us")
-    daemon = env.daemon(vpa={"enabled": True})
-    daemon.ready()
     assert env.node.read(quota) == "20000"
 
     env.cluster.put(*VPA_API, _vpa("300m", "200m", "400m"))  # 100m is below the lower bound: act now
@@ -86,11 +92,7 @@ def test_a_recommendation_is_applied_in_place_and_the_panic_button_holds_the_nex
 
 
 def test_on_a_kubelet_owned_node_the_decision_goes_through_pods_resize(env: Env) -> None:
-    _cluster(env, kubelet="v1.36.0")
-    env.node.add_pod(_pod())
-    env.publish("web-6d4f-x")
-    daemon = env.daemon(vpa={"enabled": True})
-    daemon.ready()
+    daemon = _running(env, kubelet="v1.36.0")
     env.cluster.put(*VPA_API, _vpa("300m", "200m", "400m"))
     sent = wait_for(lambda: env.cluster.recorded("PATCH", "/pods/web-6d4f-x/resize"), "the pods/resize patch")
     [app] = sent[0].body["spec"]["containers"]
@@ -115,11 +117,7 @@ def test_without_the_vpa_crd_the_feature_is_off_with_one_warning(env: Env) -> No
 
 
 def test_a_vpa_that_does_not_opt_in_changes_nothing(env: Env) -> None:
-    _cluster(env)
-    env.node.add_pod(_pod())
-    env.publish("web-6d4f-x")
-    daemon = env.daemon(vpa={"enabled": True})
-    daemon.ready()
+    daemon = _running(env)
     env.cluster.put(*VPA_API, _vpa("300m", "200m", "400m", opted_in=False))
     wait_for(lambda: [d for d in daemon.logged("vpa.decision") if "opt in" in d["reason"]], "the decision")
     assert env.node.read(env.node.container_path("web-6d4f-x", "app", "cpu.cfs_quota_us")) == "20000"
@@ -161,13 +159,9 @@ def test_an_infeasible_vpa_resize_is_reported_and_sent_again_only_when_the_recom
     """Bare node, allocatable 8 CPUs: a 16-CPU recommendation can never fit. The engine keeps it Infeasible
     (the pod's values untouched), the pod gets a VPAResizeInfeasible Event naming the VPA, the metric
     counts it; 20 CPUs is held back, 500m is applied."""
-    _cluster(env)
-    env.node.add_pod(_pod())
-    env.publish("web-6d4f-x")
+    daemon = _running(env)
     uid = env.uid("web-6d4f-x")
     quota = env.node.container_path("web-6d4f-x", "app", "cpu.cfs_quota_us")
-    daemon = env.daemon(vpa={"enabled": True})
-    daemon.ready()
     env.cluster.put(*VPA_API, _vpa("16", "15", "17"))
     wait_for(lambda: "VPAResizeInfeasible" in env.cluster.event_reasons(uid), "the VPAResizeInfeasible Event")
     [event] = [e for e in env.cluster.events.values() if e["reason"] == "VPAResizeInfeasible"]
@@ -184,12 +178,8 @@ def test_an_infeasible_vpa_resize_is_reported_and_sent_again_only_when_the_recom
 
 
 def test_where_the_kubelet_refuses_a_vpa_resize_it_is_reported_and_not_sent_again(env: Env) -> None:
-    _cluster(env, kubelet="v1.36.0")
-    env.node.add_pod(_pod())
-    env.publish("web-6d4f-x")
+    daemon = _running(env, kubelet="v1.36.0")
     uid = env.uid("web-6d4f-x")
-    daemon = env.daemon(vpa={"enabled": True})
-    daemon.ready()
     env.cluster.put(*VPA_API, _vpa("16", "15", "17"))
     wait_for(lambda: env.cluster.recorded("PATCH", "/pods/web-6d4f-x/resize"), "the pods/resize patch")
     pod = env.cluster.pod("default", "web-6d4f-x")
@@ -210,12 +200,8 @@ def test_where_the_kubelet_refuses_a_vpa_resize_it_is_reported_and_not_sent_agai
 def test_an_applied_target_survives_a_restart(env: Env) -> None:
     """Bare node: 300m applied; the VPA then moves inside the pod's bounds (the updater would not act on the
     spec's 100m). Without the state file the restarted agent would resize the pod back to its spec."""
-    _cluster(env)
-    env.node.add_pod(_pod())
-    env.publish("web-6d4f-x")
+    daemon = _running(env)
     quota = env.node.container_path("web-6d4f-x", "app", "cpu.cfs_quota_us")
-    daemon = env.daemon(vpa={"enabled": True})
-    daemon.ready()
     env.cluster.put(*VPA_API, _vpa("300m", "200m", "400m"))
     wait_for(lambda: env.node.read(quota) == "60000", "the recommendation in place")
     daemon.kill()
@@ -232,12 +218,8 @@ def test_a_resize_the_api_server_refuses_is_infeasible_and_not_sent_again(env: E
     """A v1.36 API server refuses a pods/resize beyond the node's allocatable at the request (403 "node
     didn't have enough allocatable resources"): the same report as the kubelet's Infeasible, and no
     retry loop — a higher recommendation is not sent, a lower one is."""
-    _cluster(env, kubelet="v1.36.0")
-    env.node.add_pod(_pod())
-    env.publish("web-6d4f-x")
+    daemon = _running(env, kubelet="v1.36.0")
     uid = env.uid("web-6d4f-x")
-    daemon = env.daemon(vpa={"enabled": True})
-    daemon.ready()
     env.cluster.fail("PATCH", "/pods/web-6d4f-x/resize", 403, times=1)
     env.cluster.put(*VPA_API, _vpa("16", "15", "17"))
     wait_for(lambda: "VPAResizeInfeasible" in env.cluster.event_reasons(uid), "the VPAResizeInfeasible Event")
@@ -253,13 +235,9 @@ def test_a_resize_the_api_server_refuses_is_infeasible_and_not_sent_again(env: E
 
 
 def test_two_vpas_on_one_pod_leave_it_alone_with_an_event(env: Env) -> None:
-    _cluster(env)
-    env.node.add_pod(_pod())
-    env.publish("web-6d4f-x")
+    daemon = _running(env)
     uid = env.uid("web-6d4f-x")
     quota = env.node.container_path("web-6d4f-x", "app", "cpu.cfs_quota_us")
-    daemon = env.daemon(vpa={"enabled": True})
-    daemon.ready()
     env.cluster.put(*VPA_API, _vpa("300m", "200m", "400m"))
     wait_for(lambda: env.node.read(quota) == "60000", "the first VPA's target applied")
     other = _vpa("500m", "450m", "600m")
