@@ -17,7 +17,7 @@ from agent.vpa.model import VPA, Recommendation, UpdateMode
 from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock, retry_allowed
 from agent.vpa.source import LOCAL_RECOMMENDER, VPASource, resize_pending
 from agent.vpastate import load, save
-from tests.resize.harness import ctr
+from tests.vpa.pods import vpa_pod
 
 MI = 1 << 20
 OWNERS = {("shop", "ReplicaSet", "web-6d4f"): ("Deployment", "web")}
@@ -59,29 +59,16 @@ def _vpa(cpu: int, lower: int, memory: int = 100, recommenders: tuple[str, ...] 
     return VPA("shop", "web", "Deployment", "web", UpdateMode.IN_PLACE, opted_in=True, recommendations=(rec,), recommenders=recommenders)
 
 
-def _raw(cpu_req: str = "100m", cpu_lim: str = "200m", conditions: list[dict[str, Any]] | None = None, started: str = "2026-11-25T00:00:00Z") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "web-6d4f-x", "namespace": "shop", "uid": "uid-web",
-            "ownerReferences": [{"kind": "ReplicaSet", "name": "web-6d4f", "controller": True}],
-        },
-        "spec": {"containers": [ctr("app", req={"cpu": cpu_req, "memory": "100Mi"}, lim={"cpu": cpu_lim, "memory": "200Mi"})]},
-        "status": {"phase": "Running", "startTime": started, "conditions": conditions or []},
-    }
-
-
 def _pending(reason: str, message: str = "") -> list[dict[str, Any]]:
     return [{"type": "PodResizePending", "status": "True", "reason": reason, "message": message}]
 
 
 def test_the_kubelet_condition_is_read() -> None:
-    assert resize_pending(_raw(conditions=_pending("Infeasible", "Node didn't have enough capacity"))) == (
+    assert resize_pending(vpa_pod(conditions=_pending("Infeasible", "Node didn't have enough capacity"))) == (
         ResizeBlock.INFEASIBLE, "Node didn't have enough capacity")
-    assert resize_pending(_raw(conditions=_pending("Deferred"))) == (ResizeBlock.DEFERRED, "")
-    assert resize_pending(_raw(conditions=[{"type": "PodResizePending", "status": "False", "reason": "Infeasible"}])) is None
-    assert resize_pending(_raw()) is None
+    assert resize_pending(vpa_pod(conditions=_pending("Deferred"))) == (ResizeBlock.DEFERRED, "")
+    assert resize_pending(vpa_pod(conditions=[{"type": "PodResizePending", "status": "False", "reason": "Infeasible"}])) is None
+    assert resize_pending(vpa_pod()) is None
     assert resize_pending({"status": "garbage"}) is None
 
 
@@ -89,13 +76,13 @@ def test_where_the_kubelet_resizes_an_infeasible_resize_waits_for_a_lower_recomm
     reported: list[tuple[str, str, Blocked]] = []
     src = VPASource((_vpa(4000, 3000),), OWNERS, now=lambda: 1e10, propose_changes=False,
                     on_blocked=lambda key, uid, b: reported.append((key, uid, b)))
-    assert src.propose(_raw()) is None
+    assert src.propose(vpa_pod()) is None
     [(ns, name, vpa, targets)] = src.take_pending().values()  # 100m -> 4 cores: sent
     assert (ns, name) == ("shop", "web-6d4f-x")
     assert targets[0].requests.cpu_milli == 4000
     src.sent_through_api("uid-web", vpa, targets)
     # the kubelet wrote the new spec and refused it: reported once, with the VPA's name
-    refused = _raw("4", "8", _pending("Infeasible", "Node didn't have enough capacity: cpu, requested: 4000, capacity: 2000"))
+    refused = vpa_pod("4", "8", _pending("Infeasible", "Node didn't have enough capacity: cpu, requested: 4000, capacity: 2000"))
     src.propose(refused)
     src.propose(refused)
     assert [(k, u, b.state, b.vpa) for k, u, b in reported] == [(KEY, "uid-web", ResizeBlock.INFEASIBLE, "shop/web")]
@@ -115,27 +102,27 @@ def test_where_the_kubelet_resizes_a_deferred_resize_clears_when_the_condition_g
     reported: list[Blocked] = []
     src = VPASource((_vpa(1000, 800),), OWNERS, now=lambda: 1e10, propose_changes=False,
                     on_blocked=lambda key, uid, b: reported.append(b))
-    src.propose(_raw())
+    src.propose(vpa_pod())
     [(_, _, vpa, targets)] = src.take_pending().values()
     src.sent_through_api("uid-web", vpa, targets)
-    src.propose(_raw("1", "2", _pending("Deferred", "Node didn't have enough resource: cpu")))
+    src.propose(vpa_pod("1", "2", _pending("Deferred", "Node didn't have enough resource: cpu")))
     assert [b.state for b in reported] == [ResizeBlock.DEFERRED]
-    src.propose(_raw("1", "2"))  # the kubelet admitted it: the condition is gone
+    src.propose(vpa_pod("1", "2"))  # the kubelet admitted it: the condition is gone
     assert "uid-web" not in src.blocked
 
 
 def test_where_the_agent_resizes_the_engine_state_blocks_and_the_spec_is_not_resized_back() -> None:
     reported: list[Blocked] = []
     src = VPASource((_vpa(4000, 3000),), OWNERS, now=lambda: 1e10, on_blocked=lambda key, uid, b: reported.append(b))
-    assert parse_pod(_raw(), sources=(src,)).containers[0].requests.cpu_milli == 4000
+    assert parse_pod(vpa_pod(), sources=(src,)).containers[0].requests.cpu_milli == 4000
     src.observe_status("uid-web", KEY, "Infeasible", "asks for more CPU than the node's allocatable")
     src.observe_status("uid-web", KEY, "Infeasible", "asks for more CPU than the node's allocatable")
     assert len(reported) == 1 and reported[0].message.startswith("asks for more")
     src.vpas = (_vpa(6000, 5000),)  # higher: held; the refused target stays desired (the engine keeps it Infeasible)
-    assert parse_pod(_raw(), sources=(src,)).containers[0].requests.cpu_milli == 4000
+    assert parse_pod(vpa_pod(), sources=(src,)).containers[0].requests.cpu_milli == 4000
     assert "lowers" in src.verdicts[KEY][1].reason
     src.vpas = (_vpa(1500, 1200),)  # lower: applied
-    assert parse_pod(_raw(), sources=(src,)).containers[0].requests.cpu_milli == 1500
+    assert parse_pod(vpa_pod(), sources=(src,)).containers[0].requests.cpu_milli == 1500
     src.observe_status("uid-web", KEY, "Done", "")
     assert src.blocked == {}
     src.observe_status("other-uid", "shop/other", "Infeasible", "x")  # not VPA-driven: nothing
@@ -147,9 +134,9 @@ def test_an_oom_the_node_saw_is_a_quick_oom_at_once() -> None:
     young = "2026-11-25T00:00:00Z"
     # a young pod inside its bounds (100m in [50m, 400m]), a small change: VPA waits (12 h rule)
     src = VPASource((_vpa(120, 50),), OWNERS, now=lambda: now)
-    assert parse_pod(_raw(started=young), sources=(src,)).containers[0].requests.cpu_milli == 100
+    assert parse_pod(vpa_pod(started=young), sources=(src,)).containers[0].requests.cpu_milli == 100
     src.oom_seen(KEY, "app", None)
-    assert parse_pod(_raw(started=young), sources=(src,)).containers[0].requests.cpu_milli == 120
+    assert parse_pod(vpa_pod(started=young), sources=(src,)).containers[0].requests.cpu_milli == 120
     assert src.verdicts[KEY][1].reason == "quick OOM"
 
 
@@ -159,7 +146,7 @@ def test_a_vpa_naming_the_node_recommender_gets_its_raised_memory_target_at_once
     for recommenders, expected in (((LOCAL_RECOMMENDER,), 300), ((), 100)):
         src = VPASource((_vpa(100, 50, memory=100, recommenders=recommenders),), OWNERS, now=lambda: now)
         src.oom_seen(KEY, "app", 300 * MI)  # the node's recommender after the OOM bump
-        c = parse_pod(_raw(), sources=(src,)).containers[0]
+        c = parse_pod(vpa_pod(), sources=(src,)).containers[0]
         # with the node's recommender: memory 100Mi -> 300Mi, limit keeps the ratio 2: 600Mi;
         # any other recommender's status is taken as it is (nothing to apply: the pod has 100Mi)
         assert c.requests.memory == expected * MI
@@ -172,7 +159,7 @@ def test_an_old_oom_is_no_quick_oom() -> None:
     src = VPASource((_vpa(120, 50),), OWNERS, now=lambda: clock[0])
     src.oom_seen(KEY, "app", None)
     clock[0] += 601  # past the updater's 10 minutes
-    assert parse_pod(_raw(started="2026-11-25T00:00:00Z"), sources=(src,)).containers[0].requests.cpu_milli == 100
+    assert parse_pod(vpa_pod(started="2026-11-25T00:00:00Z"), sources=(src,)).containers[0].requests.cpu_milli == 100
 
 
 def test_the_kept_state_round_trips_and_a_damaged_file_is_set_aside(tmp_path: Path) -> None:
@@ -198,8 +185,8 @@ def test_the_kept_state_round_trips_and_a_damaged_file_is_set_aside(tmp_path: Pa
 def test_the_source_persists_what_it_applies_blocks_and_forgets() -> None:
     saved: list[ActuatorState] = []
     src = VPASource((_vpa(300, 200),), OWNERS, now=lambda: 1e10, on_state=saved.append)
-    parse_pod(_raw(), sources=(src,))
-    parse_pod(_raw(), sources=(src,))  # the same target again: no write
+    parse_pod(vpa_pod(), sources=(src,))
+    parse_pod(vpa_pod(), sources=(src,))  # the same target again: no write
     assert len(saved) == 1 and saved[0].applied["uid-web"][1][0].requests.cpu_milli == 300
     src.observe_status("uid-web", KEY, "Infeasible", "too big")
     assert saved[-1].blocked["uid-web"].message == "too big" and len(saved) == 2
@@ -213,8 +200,8 @@ def test_a_refused_resize_restored_after_a_restart_is_not_sent_again() -> None:
     refused = Blocked("shop/web", (_t(4000),), ResizeBlock.INFEASIBLE, "403 node didn't have enough allocatable resources")
     src = VPASource((_vpa(4000, 3000),), OWNERS, now=lambda: 1e10, propose_changes=False)
     src.restore(ActuatorState(blocked={"uid-web": refused}))
-    src.propose(_raw())  # the spec is still 100m: no condition, and the spec does not hold what was refused
+    src.propose(vpa_pod())  # the spec is still 100m: no condition, and the spec does not hold what was refused
     assert src.take_pending() == {} and "lowers" in src.verdicts[KEY][1].reason
     src.vpas = (_vpa(2000, 1500),)
-    src.propose(_raw())
+    src.propose(vpa_pod())
     assert [t[3][0].requests.cpu_milli for t in src.take_pending().values()] == [2000]

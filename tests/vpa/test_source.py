@@ -13,6 +13,7 @@ from agent.vpa.model import VPA, Recommendation, UpdateMode
 from agent.vpa.policy import Options
 from agent.vpa.source import VPASource, owner_chain, resolve
 from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.vpa.pods import vpa_pod
 
 MI = 1 << 20
 OWNERS = {("shop", "ReplicaSet", "web-6d4f"): ("Deployment", "web")}
@@ -35,22 +36,9 @@ def test_the_owner_chain_and_the_vpa_that_controls_a_pod() -> None:
     assert owner_chain("shop", ("A", "a"), loop) == (("A", "a"), ("B", "b"))  # a cycle ends
 
 
-def _raw(cpu_req: str = "100m", cpu_lim: str = "200m") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "web-6d4f-x", "namespace": "shop", "uid": "uid-web",
-            "ownerReferences": [{"kind": "ReplicaSet", "name": "web-6d4f", "controller": True}],
-        },
-        "spec": {"containers": [ctr("app", req={"cpu": cpu_req, "memory": "100Mi"}, lim={"cpu": cpu_lim, "memory": "200Mi"})]},
-        "status": {"phase": "Running", "startTime": "2026-11-25T00:00:00Z"},
-    }
-
-
 def test_a_recommendation_is_a_source_with_its_provenance() -> None:
     src = VPASource((_vpa(),), OWNERS, now=lambda: 1e10)
-    pod = parse_pod(_raw(), sources=(src,))
+    pod = parse_pod(vpa_pod(), sources=(src,))
     c = pod.containers[0]
     # 100m -> 300m (outside [200m, 400m]); the limit keeps its ratio 2: 600m; memory 100Mi already inside
     assert (c.requests.cpu_milli, c.limits.cpu_milli) == (300, 600)
@@ -60,33 +48,33 @@ def test_a_recommendation_is_a_source_with_its_provenance() -> None:
 
 def test_an_applied_target_is_kept_and_the_panic_button_touches_nothing_applied() -> None:
     src = VPASource((_vpa(),), OWNERS, now=lambda: 1e10)
-    parse_pod(_raw(), sources=(src,))
+    parse_pod(vpa_pod(), sources=(src,))
     # a recommendation the updater would not act on (inside the bounds, change < 10 %): the pod is not
     # resized back to its spec; the applied target stays
     src.vpas = (_vpa(cpu=105, lower=50),)
-    c = parse_pod(_raw(), sources=(src,)).containers[0]
+    c = parse_pod(vpa_pod(), sources=(src,)).containers[0]
     assert c.requests.cpu_milli == 300 and "below" in src.verdicts["shop/web-6d4f-x"][1].reason
     src.enabled = False  # the panic button
     src.vpas = (_vpa(cpu=900, lower=800),)
-    c = parse_pod(_raw(), sources=(src,)).containers[0]
+    c = parse_pod(vpa_pod(), sources=(src,)).containers[0]
     assert c.requests.cpu_milli == 300 and "panic" in src.verdicts["shop/web-6d4f-x"][1].reason
     src.enabled = True  # released: the held-back recommendation applies
-    assert parse_pod(_raw(), sources=(src,)).containers[0].requests.cpu_milli == 900
+    assert parse_pod(vpa_pod(), sources=(src,)).containers[0].requests.cpu_milli == 900
 
 
 def test_two_vpas_leave_the_pod_alone_and_say_so() -> None:
     src = VPASource((_vpa(), _vpa("ReplicaSet", "web-6d4f")), OWNERS, now=lambda: 1e10)
-    assert parse_pod(_raw(), sources=(src,)).containers[0].requests.cpu_milli == 100
+    assert parse_pod(vpa_pod(), sources=(src,)).containers[0].requests.cpu_milli == 100
     assert src.conflicts["shop/web-6d4f-x"] == ("shop/vpa-web-6d4f-replicaset", "shop/vpa-web-deployment")
 
 
 def test_a_vpa_that_does_not_opt_in_changes_nothing() -> None:
     v = _vpa()
     src = VPASource((VPA(v.namespace, v.name, v.target_kind, v.target_name, v.mode, recommendations=v.recommendations),), OWNERS, now=lambda: 1e10)
-    assert parse_pod(_raw(), sources=(src,)).containers[0].requests.cpu_milli == 100
+    assert parse_pod(vpa_pod(), sources=(src,)).containers[0].requests.cpu_milli == 100
     assert "opt in" in src.verdicts["shop/web-6d4f-x"][1].reason
     src.opts = Options(actuate_all=True)
-    assert parse_pod(_raw(), sources=(src,)).containers[0].requests.cpu_milli == 300
+    assert parse_pod(vpa_pod(), sources=(src,)).containers[0].requests.cpu_milli == 300
 
 
 
@@ -126,7 +114,7 @@ def test_a_quick_oom_seen_in_the_pod_status_acts_at_once() -> None:
     """Young pod, request inside the bounds: the updater waits; a container OOM-killed 2 minutes after it
     started (< 10 min, EvictAfterOOMThreshold) makes it act now. 100Mi -> 150Mi memory."""
     start = 1_764_028_800.0  # 2025-11-25T00:00:00Z
-    raw = _raw()
+    raw = vpa_pod()
     raw["status"]["containerStatuses"] = [{"name": "app", "lastState": {}}]
     v = VPA("shop", "v", "Deployment", "web", UpdateMode.IN_PLACE, opted_in=True, recommendations=(
         Recommendation("app", Resources(100, 150 * MI), Resources(50, 50 * MI), Resources(400, 300 * MI)),))
@@ -144,9 +132,9 @@ def test_a_quick_oom_seen_in_the_pod_status_acts_at_once() -> None:
 
 def test_what_is_kept_about_a_pod_goes_when_it_leaves() -> None:
     src = VPASource((_vpa(), _vpa("ReplicaSet", "web-6d4f")), OWNERS, now=lambda: 1e10, usage={"shop/web-6d4f-x": {"app": 1}})
-    parse_pod(_raw(), sources=(src,))  # a conflict is kept
+    parse_pod(vpa_pod(), sources=(src,))  # a conflict is kept
     src.vpas = (_vpa(),)
-    parse_pod(_raw(), sources=(src,))  # applied and decided
+    parse_pod(vpa_pod(), sources=(src,))  # applied and decided
     assert src.applied and src.verdicts and src.usage
     src.prune({"uid-web"}, {"shop/web-6d4f-x"})
     assert src.applied and src.verdicts  # still here: kept
