@@ -37,6 +37,15 @@ def _resources(v: object, where: str, key: str) -> Resources:
     return Resources(cpu, memory)
 
 
+def _container_entry(v: object, where: str, key: str) -> tuple[Mapping[str, Any], str]:
+    """A list entry about one container (a policy, a recommendation): the object and its containerName."""
+    entry = _map(v, where, key)
+    container = entry.get("containerName")
+    if not isinstance(container, str) or not container:
+        raise VPAParseError(key, f"{where}.containerName is missing")
+    return entry, container
+
+
 def parse_vpa(raw: Mapping[str, Any]) -> VPA:
     meta = _map(raw.get("metadata"), "metadata", "<unnamed>")
     namespace, name = meta.get("namespace") or "default", meta.get("name")
@@ -62,10 +71,7 @@ def parse_vpa(raw: Mapping[str, Any]) -> VPA:
     policies = []
     for i, p in enumerate(_map(spec.get("resourcePolicy"), "spec.resourcePolicy", key).get("containerPolicies") or ()):
         where = f"spec.resourcePolicy.containerPolicies[{i}]"
-        p = _map(p, where, key)
-        container = p.get("containerName")
-        if not isinstance(container, str) or not container:
-            raise VPAParseError(key, f"{where}.containerName is missing")
+        p, container = _container_entry(p, where, key)
         controlled = p.get("controlledResources")
         if controlled is not None and not (isinstance(controlled, list) and all(isinstance(c, str) for c in controlled)):
             raise VPAParseError(key, f"{where}.controlledResources must be a list of resource names")
@@ -87,10 +93,7 @@ def parse_vpa(raw: Mapping[str, Any]) -> VPA:
     status = _map(raw.get("status"), "status", key)
     for i, r in enumerate(_map(status.get("recommendation"), "status.recommendation", key).get("containerRecommendations") or ()):
         where = f"status.recommendation.containerRecommendations[{i}]"
-        r = _map(r, where, key)
-        container = r.get("containerName")
-        if not isinstance(container, str) or not container:
-            raise VPAParseError(key, f"{where}.containerName is missing")
+        r, container = _container_entry(r, where, key)
         recs.append(
             Recommendation(
                 container,
