@@ -59,6 +59,7 @@ def main(path: str) -> int:
         hugepage_sizes=(),
         state_dir=Path(cfg["state_dir"]),
         cgroup_version="1",
+        cgroup_root=cfg.get("cgroup_root", "/"),
     )
     hierarchy = Hierarchy(v1=cfg["v1"])
     files = CgroupFiles(settings.cgroupfs, owned_roots(settings, hierarchy))

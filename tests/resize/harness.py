@@ -34,6 +34,7 @@ from cgroupfs.naming import cgroup_dir, container_dir
 from cgroupfs.types import DriverKind
 from tests.fakes.cgroup_tree import FakeCgroupTree
 from tests.fakes.fake_cri import FakeContainer, FakeCRI, Refuse
+from tests.fakes.kernel_tree import KernelTree
 
 UNLIMITED_TEXT = str(V1_UNLIMITED_READBACK)
 GI = 1 << 30
@@ -102,7 +103,7 @@ class PodInfo:
 class ResizeNode:
     def __init__(
         self,
-        tree: FakeCgroupTree,
+        tree: FakeCgroupTree | KernelTree,
         cri: FakeCRI,
         state_dir: Path,
         allocatable: str = "cpu=8,memory=16Gi",
@@ -121,8 +122,9 @@ class ResizeNode:
         )
         self.files = CgroupFiles(tree.root, owned_roots(self.settings, tree.hierarchy))
         self.env = Environment(self.settings, tree.hierarchy, (), self.files)
+        prefix = self.settings.cgroup_root.strip("/")
         for tier in ("kubepods", "kubepods/burstable", "kubepods/besteffort"):
-            tree.create(tier, ["cpu", "memory"])
+            tree.create(f"{prefix}/{tier}" if prefix else tier, ["cpu", "memory"])
         self.pods: dict[str, PodInfo] = {}
         self.events: list[Event] = []
         self.violations: list[str] = []
@@ -266,7 +268,7 @@ class ResizeNode:
             usage = int(self.read(path))
             if memory > 0 and memory < usage:
                 raise Refuse(f"failed to write {memory} to memory.limit_in_bytes: device or resource busy")
-            self.tree.set(
+            self._runc_write(
                 self.container_path(pod, name, "memory.limit_in_bytes"),
                 str(memory // 4096 * 4096 if memory > 0 else V1_UNLIMITED_READBACK),
             )
@@ -279,10 +281,19 @@ class ResizeNode:
             )
             if _ratio(str(quota), str(period)) > pod_ratio:
                 raise Refuse(f"failed to write {quota} to cpu.cfs_quota_us: invalid argument")
-            self.tree.set(self.container_path(pod, name, "cpu.cfs_period_us"), str(period))
-            self.tree.set(self.container_path(pod, name, "cpu.cfs_quota_us"), str(quota))
+            self._runc_write(self.container_path(pod, name, "cpu.cfs_period_us"), str(period))
+            self._runc_write(self.container_path(pod, name, "cpu.cfs_quota_us"), str(quota))
         if shares:
-            self.tree.set(self.container_path(pod, name, "cpu.shares"), str(shares))
+            self._runc_write(self.container_path(pod, name, "cpu.shares"), str(shares))
+
+    def _runc_write(self, relpath: str, value: str) -> None:
+        """runc's write of one container file; a kernel refusal (a real tree) fails the update with
+        runc's message, as containerd reports it."""
+        try:
+            self.tree.set(relpath, value)
+        except OSError as err:
+            reason = (err.strerror or str(err)).lower()
+            raise Refuse(f'failed to write "{value}": write {self.tree.path(relpath)}: {reason}') from err
 
     def container_state(self, pod: str, name: str) -> tuple[float, float, int]:
         """(cpu limit as quota/period, memory limit, shares) as the container's cgroup shows them."""

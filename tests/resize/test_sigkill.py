@@ -8,12 +8,7 @@ the kills, a last run without one must finish every resize: the kernel shows the
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,55 +16,9 @@ import pytest
 
 from agent.resize.allocation import allocation_of
 from agent.resize.store import PodStore
+from tests.resize.crash import run_agent
 from tests.resize.harness import ResizeNode, ctr, manifest
 from tests.resize.test_matrix import assert_kubelet_values
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_agent(node: ResizeNode, workdir: Path, kill_at: int | None) -> list[dict[str, Any]] | None:
-    """Run the engine process; SIGKILL it just before step `kill_at`. The statuses it printed at the
-    end, or None when it was killed (or ended before `kill_at`... then its statuses)."""
-    cfg = {
-        "cgroupfs": str(node.tree.root),
-        "endpoint": node.cri.endpoint,
-        "allocatable": "cpu=8,memory=16Gi",
-        "state_dir": str(node.settings.state_dir),
-        "v1": dict(node.tree.hierarchy.v1),
-        "pods": [node.raw(p) for p in node.pods],
-    }
-    path = workdir / "runner.json"
-    path.write_text(json.dumps(cfg))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.resize.engine_runner", str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            node.violations.extend(node.check())  # the tree after the previous step
-            if line.startswith("step "):
-                if kill_at is not None and int(line.split()[1]) == kill_at:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    return None
-                proc.stdin.write("go\n")
-                proc.stdin.flush()
-            elif line.startswith("done "):
-                statuses: list[dict[str, Any]] = json.loads(line[5:])
-                assert proc.wait() == 0
-                return statuses
-        raise AssertionError(f"the engine process ended without a result (exit {proc.wait()})")
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-
 
 TARGETS = [
     {"c1": "500m/192Mi", "c2": "200m/64Mi", "c3": "400m/160Mi"},  # net increase, mixed
@@ -87,6 +36,16 @@ def spec(text: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("seed", range(8))
 def test_sigkill_at_random_points_then_converge(node: ResizeNode, tmp_path: Path, seed: int) -> None:
+    kill_and_converge(node, tmp_path, seed)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_sigkill_on_real_cgroup_v1_files(kernel_node: ResizeNode, tmp_path: Path, seed: int) -> None:
+    """The same on this host's kernel, which itself refuses a child quota above its parent's."""
+    kill_and_converge(kernel_node, tmp_path, seed)
+
+
+def kill_and_converge(node: ResizeNode, tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     node.add_pod(manifest("p", [ctr(n, lim={"cpu": "300m", "memory": "128Mi"}) for n in ("c1", "c2", "c3")]))
     eng = node.engine()
