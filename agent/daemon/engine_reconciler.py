@@ -31,6 +31,7 @@ from agent.diff import NodeDiff
 from agent.execute import describe
 from agent.model import PodUID, PodView
 from agent.plan import CgroupStep, ContainerStep
+from agent.resize.checkpoint import CheckpointError
 from agent.resize.engine import PassReport, ResizeEngine
 from agent.resize.store import NodeRecords
 
@@ -146,7 +147,10 @@ class EngineReconciler:
         if self.observe_only:
             result = self.engine.dry_run()
         else:
-            result = self.engine.reconcile(full=full)
+            try:
+                result = self.engine.reconcile(full=full)
+            except CheckpointError as err:  # nothing is actuated on a state that is not on disk
+                return Report(scope, Outcome.FAILED, errors=(("CheckpointError", err.user_message()),), retry_after_s=2.0)
             if full:
                 self._last_full = self.clock()
             if self.gate is not None:  # what reached the file: a tier set at usage holds the usage

@@ -14,6 +14,7 @@ instead of created again, as client-go's event correlator does.
 
 from __future__ import annotations
 
+import heapq
 import queue
 import threading
 import time
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
+from agent.errors import is_temporary
 from agent.kube.errors import APIError, APINotFound, wrap
 from agent.logging import get_logger
 from agent.metrics import Metrics
@@ -112,8 +114,15 @@ class _Sent:
     count: int
 
 
+RETRY_BASE_S: Final = 1.0
+RETRY_CAP_S: Final = 30.0
+RETRY_ATTEMPTS: Final = 10  # about four minutes of an API server that answers 429/5xx or not at all
+
+
 class APIStatusReporter:
-    """Sends events and conditions from one background thread."""
+    """Sends events and conditions from one background thread. A report the API server refuses for a
+    while (no answer, 429, 5xx) is sent again with backoff, so a Done condition is not lost to one bad
+    minute; a newer condition of the same pod replaces the one waiting."""
 
     def __init__(
         self, core: Any, node: str, metrics: Metrics, clock: Callable[[], float] = time.time
@@ -127,6 +136,8 @@ class APIStatusReporter:
         self._last_status: dict[str, bool] = {}
         self._transition: dict[str, str] = {}
         self._sent: dict[tuple[str, str, str], _Sent] = {}
+        self._retries: list[tuple[float, int, tuple[str, Any], int]] = []  # heap: (due, seq, item, attempt)
+        self._seq = 0
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="status-reporter", daemon=True)
         self._thread.start()
@@ -146,22 +157,37 @@ class APIStatusReporter:
         self._items.put(None)
         self._thread.join(timeout)
 
+    def _next(self) -> tuple[tuple[str, Any] | None, int]:
+        """The next item: a new one, or a retry that is due (whichever comes first)."""
+        while True:
+            timeout = max(0.0, self._retries[0][0] - time.monotonic()) if self._retries else None
+            try:
+                return self._items.get(timeout=timeout), 0
+            except queue.Empty:
+                _, _, item, attempt = heapq.heappop(self._retries)
+                return item, attempt
+
     def _run(self) -> None:
         while True:
-            item = self._items.get()
+            item, attempt = self._next()
             if item is None:
                 return
             kind, payload = item
             try:
                 if kind == "event":
                     self._send_event(*payload)
-                else:
-                    self._send_condition(payload)
+                elif not self._send_condition(payload):
+                    continue  # a newer condition replaced it
                 self.metrics.status_reports.labels(kind, "ok").inc()
             except APIError as err:
                 self.metrics.status_reports.labels(kind, "failed").inc()
                 self.metrics.errors.labels(type(err).__name__).inc()
-                log.warning("status.report_failed", kind=kind, error=str(err))
+                again = is_temporary(err) and attempt + 1 < RETRY_ATTEMPTS
+                log.warning("status.report_failed", kind=kind, error=str(err), retry=again, attempt=attempt + 1)
+                if again:
+                    delay = min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt)
+                    self._seq += 1
+                    heapq.heappush(self._retries, (time.monotonic() + delay, self._seq, item, attempt + 1))
 
     def _send_event(self, pod: PodRef, reason: str, message: str, warning: bool) -> None:
         now = now_rfc3339()
@@ -196,9 +222,14 @@ class APIStatusReporter:
             for k in list(self._sent)[:2048]:
                 del self._sent[k]
 
-    def _send_condition(self, uid: str) -> None:
+    def _send_condition(self, uid: str) -> bool:
+        """Patch the pod's latest condition; False when there is none waiting (a retry superseded by a
+        newer condition, which has its own item)."""
         with self._lock:
-            pod, ok, reason, message = self._conditions.pop(uid)
+            latest = self._conditions.pop(uid, None)
+        if latest is None:
+            return False
+        pod, ok, reason, message = latest
         if self._last_status.get(uid) != ok or uid not in self._transition:
             self._transition[uid] = now_rfc3339()
         body = condition_patch(pod, ok, reason, message, self._transition[uid])
@@ -207,8 +238,14 @@ class APIStatusReporter:
                 pod.name, pod.namespace, body, _content_type=STRATEGIC_MERGE, _preload_content=False
             )
         except Exception as err:
+            with self._lock:  # kept for the retry, unless a newer one came in meanwhile (then it is queued)
+                newer = uid in self._conditions
+                self._conditions.setdefault(uid, latest)
+            if newer:
+                return False
             raise wrap(f"patch status of pod {pod.key}", err) from err
         self._last_status[uid] = ok
+        return True
 
 
 class LogStatusReporter:

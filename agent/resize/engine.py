@@ -64,7 +64,7 @@ from agent.resize.readback import rebuild_records
 from agent.resize.report import PassReport, PodPass
 from agent.resize.scope import restarts_for, restrict
 from agent.resize.snapshot import Computed, Reader, Simulated, Snapshot, compute_allocated, merged
-from agent.resize.store import PodStore
+from agent.resize.store import PodStore, RecordsNotSaved
 from agent.resize.types import ResizeState, ResizeStatus
 from agent.settings import Settings
 
@@ -113,6 +113,7 @@ class ResizeEngine:
         self._state = sm.EngineState()
         self._pods: dict[PodUID, PodView] = {}
         self._saved_records: object = None  # the records mapping last saved (immutable: identity = unchanged)
+        self._unsaved = False  # a save failed: the next pass saves before any step
         # Kept between passes so a pass costs O(the pods it acts on): each pod's computation at its
         # allocated values, its share of the tier sums and of the allocated requests (admission).
         self._cfg = settings.compute_config(env.hugepage_sizes)
@@ -248,8 +249,11 @@ class ResizeEngine:
         )
         report.accepted = accepted
         self._stale.update(accepted)
-        if accepted and save:
-            self._save()  # allocated state on disk before any step that depends on it
+        unsaved: frozenset[str] = frozenset()
+        if (accepted or self._unsaved) and save:
+            # allocated state on disk before any step that depends on it (retried if it failed); a pod
+            # whose record could not be written waits, the others go on
+            unsaved = self._save_or_report(report)
         scope: set[PodUID] | None = None
         if not full:
             scope = {u for u in self._dirty if u in self._pods}
@@ -259,13 +263,13 @@ class ResizeEngine:
         report.errors.extend(snap.node.errors)
         handled: set[str] = set()
         for rec in sm.queue(self._state):
-            if not sm.due(rec, now) or rec.uid not in self._pods:
+            if not sm.due(rec, now) or rec.uid not in self._pods or rec.uid in unsaved:
                 continue
             handled.add(rec.pod)
             wrote, after = self._drive(rec.uid, snap, reader, run, report, include_containers, save)
             if wrote:  # the pod's read-back serves the rest of the pass
                 snap = merged(snap, after or self.snapshot(reader, {rec.uid}), rec.pod)
-        skip = set(handled)
+        skip = set(handled) | {r.pod for u, r in self._state.records.items() if u in unsaved}
         frozen: set[tuple[str, str]] = set()
         actuating = False  # an admitted allocation of a pod still here is not in its cgroups yet
         for rec in self._state.records.values():
@@ -305,7 +309,7 @@ class ResizeEngine:
                     Problem(getattr(failed.step, "pod", None), f"{describe(failed.step)}: {failed.error}")
                 )
         if save:
-            self._save()
+            self._save_or_report(report)
         # what the next event's pass must look at again: pods still waiting for their cgroup, or all
         # of this pass's pods when a step failed (the rest of the queue is in every pass anyway)
         failed_any = any(not o.ok for p in report.passes for o in p.execution.outcomes)
@@ -463,14 +467,26 @@ class ResizeEngine:
 
     # ---- checkpoint ----
 
+    def _save_or_report(self, report: PassReport) -> frozenset[str]:
+        """Save; the pods whose records could not be written are reported and returned (a failure of
+        the directory itself raises: nothing may be actuated then)."""
+        try:
+            self._save()
+        except RecordsNotSaved as err:
+            report.errors.append(Problem(None, err.user_message()))
+            return err.uids
+        return frozenset()
+
     def _save(self) -> None:
         """Write the records that changed (the state is immutable: an unchanged pass keeps the very
         same mapping, so nothing is looked at); the store writes only the changed pods' records."""
         records = self._state.records
         if records is self._saved_records:
             return
+        self._unsaved = True  # until it is on disk: no step may run on a state that is not
         self.store.save(records.values())
         self._saved_records = records
+        self._unsaved = False
 
 
 

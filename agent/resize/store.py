@@ -89,6 +89,14 @@ def decode_record(uid: str, raw: bytes) -> PodRecord:
         raise ValueError(str(err)) from err
 
 
+class RecordsNotSaved(CheckpointError):
+    """Some pods' records could not be written (the others were): those pods wait, the rest go on."""
+
+    def __init__(self, path: Path, reason: str, uids: frozenset[str]) -> None:
+        super().__init__(path, reason)
+        self.uids = uids
+
+
 class PodStore:
     """Reads the records and writes back the ones that changed since the last save."""
 
@@ -163,13 +171,18 @@ class PodStore:
         gone = [uid for uid in self._saved if uid not in current]
         if not changed and not gone:
             return
+        failed: dict[str, str] = {}  # uid -> why: one pod's record failing never holds back the others
         try:
             self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
             for r in changed:
                 if self._saved.get(r.uid) is not None and encode_record(self._saved[r.uid]) == encode_record(r):
                     self._saved[r.uid] = r  # an equal record: nothing to write
                     continue
-                self._write(r)
+                try:
+                    self._write(r)
+                except OSError as err:
+                    failed[r.uid] = err.strerror or str(err)
+                    continue
                 self._saved[r.uid] = r
             for uid in gone:
                 (self.path / f"{uid}{SUFFIX}").unlink(missing_ok=True)
@@ -177,6 +190,9 @@ class PodStore:
             fsync_dir(self.path)
         except OSError as err:
             raise CheckpointError(self.path, f"cannot write: {err.strerror or err}") from err
+        if failed:
+            reasons = "; ".join(f"{uid}: {why}" for uid, why in sorted(failed.items()))
+            raise RecordsNotSaved(self.path, f"cannot write the records of {reasons}", frozenset(failed))
 
     def _write(self, r: PodRecord) -> None:
         validate_pod_uid(r.uid)  # a UID becomes a file name: never a path

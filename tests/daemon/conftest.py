@@ -71,7 +71,14 @@ def api_pod(node: ResizeNode, name: str) -> dict[str, Any]:
     raw["status"] = {
         "phase": "Running",
         "containerStatuses": [
-            {"name": n, "containerID": f"containerd://{cid}", "state": {"running": {}}, "restartCount": 0}
+            {
+                "name": n,
+                "containerID": f"containerd://{cid}",
+                "state": {"running": {}},
+                "restartCount": 0,
+                # what a kubelet that resizes reports it admitted
+                **({"allocatedResources": info.allocated[n]} if n in info.allocated else {}),
+            }
             for n, cid in info.containers.items()
         ],
     }

@@ -69,6 +69,7 @@ class FakeCluster:
     objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)  # key -> (ns, name) -> obj
     ghistory: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)  # (rv, key, type, obj)
     faults: list[list[Any]] = field(default_factory=list)  # [method, fragment, code, times left]
+    delays: list[list[Any]] = field(default_factory=list)  # [method, fragment, seconds, times left]
 
     # ---- test side ----
 
@@ -176,6 +177,20 @@ class FakeCluster:
         ends with `$`) answer `code`."""
         with self.lock:
             self.faults.append([method, fragment, code, times])
+
+    def slow(self, method: str, fragment: str, seconds: float, times: int = 1) -> None:
+        """The next `times` requests with this method whose path contains `fragment` wait `seconds`
+        before they are answered (a slow or overloaded API server)."""
+        with self.lock:
+            self.delays.append([method, fragment, seconds, times])
+
+    def _delay(self, method: str, path: str) -> float:
+        with self.lock:
+            for d in self.delays:
+                if d[0] == method and d[1] in path and d[3] > 0:
+                    d[3] -= 1
+                    return float(d[2])
+        return 0.0
 
     def count(self, method: str, fragment: str = "") -> int:
         return len(self.recorded(method, fragment))
@@ -482,6 +497,9 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                 cluster.requests.append(Recorded(self.command, self.path, self.headers.get("Content-Type", ""), body))
 
         def _faulted(self) -> bool:
+            delay = cluster._delay(self.command, self.path)
+            if delay:
+                time.sleep(delay)
             code = cluster._fault(self.command, self.path)
             if code is None:
                 return False

@@ -121,6 +121,7 @@ class FakeRuntimeService(pb_grpc.RuntimeServiceServicer):
         self.containers: dict[str, FakeContainer] = {}
         self.calls: list[Call] = []
         self.errors: dict[str, list[tuple[grpc.StatusCode, str]]] = {}
+        self.targeted: dict[tuple[str, str], list[tuple[grpc.StatusCode, str]]] = {}  # (method, container id)
         self.pod_resources_implemented = False
         self.on_update: Callable[[FakeContainer, pb.LinuxContainerResources], None] | None = None
         self.lock = threading.Lock()
@@ -199,11 +200,20 @@ class FakeRuntimeService(pb_grpc.RuntimeServiceServicer):
         return container
 
     def inject_error(
-        self, method: str, code: grpc.StatusCode, message: str = "injected", times: int = 1
+        self,
+        method: str,
+        code: grpc.StatusCode,
+        message: str = "injected",
+        times: int = 1,
+        container_id: str | None = None,
     ) -> None:
-        """The next `times` calls of `method` fail with (code, message) before touching any state."""
+        """The next `times` calls of `method` (for `container_id` only, when given) fail with
+        (code, message) before touching any state."""
         with self.lock:
-            self.errors.setdefault(method, []).extend([(code, message)] * times)
+            if container_id is None:
+                self.errors.setdefault(method, []).extend([(code, message)] * times)
+            else:
+                self.targeted.setdefault((method, container_id), []).extend([(code, message)] * times)
 
     def methods(self) -> list[str]:
         with self.lock:
@@ -223,7 +233,7 @@ class FakeRuntimeService(pb_grpc.RuntimeServiceServicer):
         """Log the call, then fail it if an error is queued for the method."""
         with self.lock:
             self.calls.append(Call(method, MessageToDict(request, preserving_proto_field_name=True)))
-            queued = self.errors.get(method)
+            queued = self.targeted.get((method, getattr(request, "container_id", ""))) or self.errors.get(method)
             error = queued.pop(0) if queued else None
         if error is not None:
             context.abort(error[0], error[1])

@@ -330,6 +330,28 @@ class ResizeNode:
             values = compute_container(view, c, self.settings.compute_config(())).values
             self._start_container(pod, name, info.attempts[name] + 1, values)
 
+    def mismatches(self, pod: str) -> list[str]:
+        """The pod and container files that differ from what the kubelet would write for the current
+        spec (empty: converged, no resize lost)."""
+        from agent.compute.container import compute_container
+
+        view = self.view(pod)
+        cfg = self.settings.compute_config(())
+        v = compute_pod(view, cfg).values
+        want = {
+            self.pod_path(pod, "cpu.shares"): str(v.cpu_shares),
+            self.pod_path(pod, "cpu.cfs_quota_us"): str(v.cpu_quota if v.cpu_quota is not None else -1),
+        }
+        if v.memory_limit is not None and v.memory_limit > 0:
+            want[self.pod_path(pod, "memory.limit_in_bytes")] = str(v.memory_limit // 4096 * 4096)
+        for c in view.containers:
+            cv = compute_container(view, c, cfg).values
+            mem = cv.memory_limit // 4096 * 4096 if cv.memory_limit > 0 else V1_UNLIMITED_READBACK
+            want[self.container_path(pod, c.name, "cpu.shares")] = str(cv.cpu_shares)
+            want[self.container_path(pod, c.name, "cpu.cfs_quota_us")] = str(cv.cpu_quota)
+            want[self.container_path(pod, c.name, "memory.limit_in_bytes")] = str(mem)
+        return [f"{p}: {self.read(p)} != {w}" for p, w in want.items() if self.read(p) != w]
+
     # ---- the invariant, on the tree as it is now ----
 
     def check(self) -> list[str]:

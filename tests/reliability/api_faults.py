@@ -1,0 +1,168 @@
+"""API server faults against the real daemon (a subprocess), in both reconcile paths, on real cgroup v1
+files below a private root: down, watch closed, 410 Gone, slow, 429 and 500 on the pod list/watch, and
+500 on one pod's status patch (a fault aimed at one pod). Two pods are resized while the fault is on;
+afterwards both must reach their values (bare: the kernel at each pod's latest spec; kubelet-owned: the
+tiers at the kubelet's allocation, checked by a fresh engine's dry run), and for the aimed fault the
+other pod must get its Done condition while the fault still holds.
+
+Violations here are checked at every runtime update (the fake CRI server of this process) and at the
+end: the daemon's own cgroup writes happen in its process (the engine campaign checks every write).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.daemon.conftest import CONDITION, Env, api_pod, node_object
+from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
+from tests.fakes.fake_cri import running_fake_cri
+from tests.fakes.kernel import KernelRoot
+from tests.fakes.kernel_tree import KernelTree
+from tests.reliability.engine_faults import (
+    BYSTANDER,
+    KUBELET,
+    VICTIM,
+    Row,
+    burstable_pod,
+    fresh_plan,
+    kubelet_actuates,
+)
+from tests.resize.harness import ResizeNode
+
+PODS = "/api/v1/pods"
+FAULTS: tuple[str, ...] = (
+    "API server down",
+    "watch closed",
+    "410 Gone",
+    "slow (3 s per request)",
+    "429 on list/watch",
+    "500 on list/watch",
+    "500 on one pod's status patch",
+)
+
+
+@contextlib.contextmanager
+def _env(workdir: Path, kubelet: str | None) -> Iterator[tuple[Env, KernelRoot]]:
+    root = KernelRoot.create()
+    try:
+        with running_fake_cri(workdir) as cri:
+            tree = KernelTree(root)
+            node = ResizeNode(tree, cri, workdir / "harness-state", cgroup_root=tree.cgroup_root)
+            cluster = FakeCluster(node=node_object())
+            cluster.node["status"]["nodeInfo"]["kubeletVersion"] = kubelet or ""
+            api = FakeAPIServer(cluster)
+            api.start()
+            env = Env(workdir, node, cluster, api, cri)
+            try:
+                yield env, root
+            finally:
+                for d in env.daemons:
+                    d.kill()
+                api.stop()
+                node.close()
+    finally:
+        root.cleanup()
+
+
+def _wait(predicate: Callable[[], Any], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return bool(predicate())
+
+
+def _resize(env: Env, name: str, cpu: int, mem: int, kubelet: str | None) -> None:
+    spec = {"requests": {"cpu": f"{cpu}m", "memory": f"{mem}Mi"}, "limits": {"cpu": f"{2 * cpu}m", "memory": f"{2 * mem}Mi"}}
+    env.node.resize(name, {c: spec for c in env.node.pods[name].containers})
+    if kubelet is not None:
+        kubelet_actuates(env.node, name)
+
+
+def _done(env: Env, name: str) -> bool:
+    c = env.cluster.condition(env.uid(name), CONDITION)
+    return c is not None and c.get("reason") == "Done"
+
+
+def _converged(env: Env, name: str, kubelet: str | None) -> bool:
+    if kubelet is None:
+        return not env.node.mismatches(name) and _done(env, name)
+    return not fresh_plan(env.node, kubelet)
+
+
+def run_scenario(workdir: Path, path: str, fault: str, seed: int, timeout: float = 60.0) -> Row:
+    kubelet = KUBELET if path == "kubelet-owned" else None
+    row = Row(path, f"API: {fault}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    with _env(workdir, kubelet) as (env, root):
+        for name, n in ((VICTIM, 3), (BYSTANDER, 2)):
+            env.node.add_pod(burstable_pod(name, n))
+            env.publish(name)
+        daemon = env.daemon(cgroupfs=str(root.cgroupfs), cgroupRoot=env.node.settings.cgroup_root, resyncPeriod="20s")
+        daemon.ready()
+        _wait(lambda: env.cluster.open_watches() >= 1, 30)
+        cpu, mem = 400 + 100 * (seed % 3), 160 + 32 * (seed % 4)  # never the starting 300m/128Mi
+        aimed = fault == "500 on one pod's status patch"
+
+        def changes(cluster: FakeCluster | None = None) -> None:
+            for name in (VICTIM, BYSTANDER):
+                _resize(env, name, cpu, mem, kubelet)
+                (cluster or env.cluster).apply(api_pod(env.node, name))
+
+        if fault == "API server down":
+            env.api.stop()
+            changes()  # made while it is down: seen only by relisting
+            time.sleep(3)
+            env.api.start()
+            row.injected += 1
+        elif fault in ("watch closed", "410 Gone"):
+            if fault == "410 Gone":
+                env.cluster.compact()
+            changes()
+            row.injected += env.cluster.drop_watches()
+        elif fault.startswith("slow"):
+            env.cluster.slow("GET", PODS, 3.0, times=4)
+            env.cluster.slow("PATCH", "/status", 3.0, times=4)
+            row.injected += 8
+            env.cluster.drop_watches()
+            changes()
+        elif fault in ("429 on list/watch", "500 on list/watch"):
+            code = int(fault.split()[0])
+            env.cluster.fail("GET", PODS, code, times=5)
+            row.injected += 5
+            env.cluster.drop_watches()  # so the next watch and list meet the fault
+            changes()
+        elif aimed:
+            env.cluster.fail("PATCH", f"/pods/{VICTIM}/status", 500, times=1000)
+            changes()
+        if aimed:
+            row.spoiled = 0 if _wait(lambda: _converged(env, BYSTANDER, kubelet), timeout) else 1
+            row.injected += env.cluster.count("PATCH", f"/pods/{VICTIM}/status")
+            env.cluster.faults.clear()
+        ok = _wait(lambda: all(_converged(env, n, kubelet) for n in (VICTIM, BYSTANDER)), timeout)
+        if not ok:
+            lost = [n for n in (VICTIM, BYSTANDER) if not _converged(env, n, kubelet)]
+            row.lost = len(lost)
+            row.notes.append(f"not converged after {timeout:.0f}s: {lost} {env.node.mismatches(lost[0])[:2]}")
+        row.violations = len(env.node.violations) + len(env.node.check())
+        row.crashes = len(daemon.logged("reconcile.crashed")) + sum(1 for x in daemon.lines() if "Traceback" in str(x.get("raw", "")))
+        if daemon.get("/healthz")[0] != 200:
+            row.crashes += 1
+            row.notes.append("/healthz did not answer 200 at the end")
+        daemon.terminate()
+    return row
+
+
+def run_all(workdir: Path, progress: Callable[[Row], None] | None = None) -> list[Row]:
+    rows = []
+    for i, (path, fault) in enumerate((p, f) for p in ("bare", "kubelet-owned") for f in FAULTS):
+        row = run_scenario(workdir / f"api-{i}", path, fault, seed=i)
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    return rows
