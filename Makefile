@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SAMPLE := agent/samples/node
 
-.PHONY: venv run test lint unit e2e e2e-v2 e2e-k8s bench clean image
+.PHONY: venv run test lint unit e2e e2e-v2 e2e-k8s reliability bench clean image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ e2e-v2: venv
 # The agent beside a real v1.36 kubelet on this machine (outside CI; README "A real cluster").
 e2e-k8s: venv
 	bash tests/e2e_k8s/run.sh
+
+# Fault injection, SIGKILLs and soak on this host's real cgroup v1 files (root); RELIABILITY.md has the
+# figures. CI runs the short form: RELIABILITY_ARGS=--short.
+reliability: venv
+	$(BIN)/python -m tests.reliability $(RELIABILITY_ARGS)
 
 bench: venv
 	$(BIN)/python -m bench

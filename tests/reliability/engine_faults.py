@@ -44,6 +44,7 @@ from tests.reliability.syscalls import SHORT, Fault, SyscallFaults
 from tests.resize.harness import ResizeNode, ctr, manifest
 
 KUBELET = "v1.36.0"
+FAULTY_ROUNDS = 3
 NO_STOP = lambda: False  # noqa: E731
 VICTIM, BYSTANDER = "victim", "bystander"
 
@@ -136,6 +137,11 @@ class Scenario:
                 call()
             except Exception:  # what would reach the daemon's worker as a traceback
                 self.crashes += 1
+
+    def faulty_rounds(self) -> None:
+        """While a fault holds: the first attempt and the retries after each backoff meet it."""
+        for _ in range(FAULTY_ROUNDS):
+            self.round()
 
     def resize(self, rng: random.Random) -> None:
         for name, n in ((VICTIM, 3), (BYSTANDER, 2)):
@@ -284,13 +290,12 @@ def _inject(sc: Scenario, faults: SyscallFaults, row: Row, kind: str, name: str,
     if kind == "cri":
         code, message = arg
         for cid in node.pods[VICTIM].containers.values():
-            node.cri.service.inject_error("UpdateContainerResources", code, message.format(cid=cid, p=victim_dir), times=3, container_id=cid)
-        row.injected += 0  # counted from the fake's call log below
+            node.cri.service.inject_error("UpdateContainerResources", code, message.format(cid=cid, p=victim_dir), times=3 * FAULTY_ROUNDS, container_id=cid)
         before = len(node.cri.service.calls_of("UpdateContainerResources"))
-        sc.round()
+        sc.faulty_rounds()
         victim_ids = set(node.pods[VICTIM].containers.values())
         calls = node.cri.service.calls_of("UpdateContainerResources")[before:]
-        row.injected += min(3 * len(victim_ids), sum(1 for c in calls if c.request.get("container_id") in victim_ids))
+        row.injected += min(3 * FAULTY_ROUNDS * len(victim_ids), sum(1 for c in calls if c.request.get("container_id") in victim_ids))
         for cid in victim_ids:
             node.cri.service.targeted.pop(("UpdateContainerResources", cid), None)
     elif kind == "cgroup write":
@@ -306,17 +311,17 @@ def _inject(sc: Scenario, faults: SyscallFaults, row: Row, kind: str, name: str,
         call = "open" if arg == errno.ENOENT else "write"
         faults.add(Fault(call, arg, match, times=-1, label=name))  # type: ignore[arg-type]
         with faults.armed():
-            sc.round()
+            sc.faulty_rounds()
     elif name == "record fsync EIO":
         faults.add(Fault("fsync", errno.EIO, lambda p: f"/.{victim_uid}.json." in p, times=-1, label=name))
         with faults.armed():
-            sc.round()
+            sc.faulty_rounds()
     elif name == "disk full (ENOSPC)":
         per_pod = False
         state = str(node.settings.state_dir)
         faults.add(Fault("write", errno.ENOSPC, lambda p: p.startswith(state), times=-1, label=name))
         with faults.armed():
-            sc.round()
+            sc.faulty_rounds()
     else:  # a torn or zero-length record, found at the next start
         per_pod = True
         sc.round()
