@@ -81,10 +81,21 @@ def execute(
     *,
     stop_grace_s: int = STOP_GRACE_S,
 ) -> Execution:
-    """Run the steps in order; stop at the first failure and count what was written."""
+    """Run the steps in order and count what was written. A failed step of a pod skips that pod's
+    later steps, not the other pods' (siblings do not depend on each other: one pod's fault must not
+    spoil another's); the first tier step after any failure stops the run, since what follows may rely
+    on it (a tier that shrinks after its pods, a pod that grows after its tier)."""
     steps = plan.steps if isinstance(plan, Plan) else tuple(plan)
     result = Execution()
+    failed_pods: set[str] = set()
     for i, step in enumerate(steps):
+        pod = getattr(step, "pod", None)
+        if failed_pods and (pod is None or pod in failed_pods):
+            if pod is None:  # a tier step: nothing after it may run
+                result.skipped += len(steps) - i
+                return result
+            result.skipped += 1
+            continue
         try:
             if isinstance(step, CgroupStep):
                 if step.at_usage_on_refusal:
@@ -99,13 +110,16 @@ def execute(
                 else:
                     containers.update_container_resources(step.container_id, step.values)
                 result.writes += 1
-        except Exception as err:  # every driver error is typed; report it and stop
+        except Exception as err:  # every driver error is typed; report it, then stop (or skip the pod)
             outcome = StepOutcome(step, False, str(err), type(err).__name__)
             result.outcomes.append(outcome)
-            result.skipped = len(steps) - i - 1
             if on_step:
                 on_step(outcome)
-            return result
+            if pod is None:
+                result.skipped += len(steps) - i - 1
+                return result
+            failed_pods.add(pod)
+            continue
         outcome = StepOutcome(step, True)
         result.outcomes.append(outcome)
         if on_step:

@@ -256,7 +256,8 @@ def run_scenario(workdir: Path, path: str, kind: str, name: str, arg: Any, seed:
                 sc.start()
                 sc.round()
                 rng = random.Random(seed)
-                sc.resize(rng)
+                if kind != "drift":
+                    sc.resize(rng)
                 faults = SyscallFaults()
                 row.spoiled = _inject(sc, faults, row, kind, name, arg, workdir)
                 faults.clear()
@@ -312,6 +313,12 @@ def _inject(sc: Scenario, faults: SyscallFaults, row: Row, kind: str, name: str,
         faults.add(Fault(call, arg, match, times=-1, label=name))  # type: ignore[arg-type]
         with faults.armed():
             sc.faulty_rounds()
+    elif kind == "drift":  # no resize: both pods' values reverted, the victim's repair refused
+        node.tree.set(node.pod_path(VICTIM, "memory.limit_in_bytes"), str(900 << 20))
+        node.tree.set(node.pod_path(BYSTANDER, "cpu.shares"), "3")
+        faults.add(Fault("write", arg, lambda p: os.path.dirname(p) == victim_mem, times=-1, label=name))
+        with faults.armed():
+            sc.faulty_rounds()
     elif name == "record fsync EIO":
         faults.add(Fault("fsync", errno.EIO, lambda p: f"/.{victim_uid}.json." in p, times=-1, label=name))
         with faults.armed():
@@ -346,6 +353,8 @@ def scenarios() -> list[tuple[str, str, str, Any]]:
         if path == "bare":
             out += [(path, "cri", n, (code, msg)) for n, code, msg in CRI_FAULTS]
         out += [(path, "cgroup write", n, code) for n, code in WRITE_FAULTS]
+        if path == "bare":  # the agent repairs pod values only where it owns them
+            out.append((path, "drift", "one pod's repair refused (EACCES)", errno.EACCES))
         out += [(path, "checkpoint", n, None) for n in CHECKPOINT_FAULTS]
     return out
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_agent(node: ResizeNode, workdir: Path, kill_at: int | None) -> list[dict[str, Any]] | None:
-    """Run the engine process; SIGKILL it just before step `kill_at`. The statuses it printed at the
-    end, or None when it was killed (or ended before `kill_at`... then its statuses)."""
+    """Run the engine process over a ResizeNode, its tree checked between every two steps."""
     cfg = {
         "cgroupfs": str(node.tree.root),
         "endpoint": node.cri.endpoint,
@@ -28,6 +28,15 @@ def run_agent(node: ResizeNode, workdir: Path, kill_at: int | None) -> list[dict
         "v1": dict(node.tree.hierarchy.v1),
         "pods": [node.raw(p) for p in node.pods],
     }
+    return run_engine(cfg, workdir, kill_at, lambda: node.violations.extend(node.check()))
+
+
+def run_engine(
+    cfg: dict[str, Any], workdir: Path, kill_at: int | None, check: Callable[[], None]
+) -> list[dict[str, Any]] | None:
+    """Run the engine process (tests/resize/engine_runner.py) on `cfg`; `check` runs between every two
+    of its steps; SIGKILL it (by PID) just before step `kill_at`. The statuses it printed at the end,
+    or None when it was killed."""
     path = workdir / "runner.json"
     path.write_text(json.dumps(cfg))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -42,7 +51,7 @@ def run_agent(node: ResizeNode, workdir: Path, kill_at: int | None) -> list[dict
     assert proc.stdin is not None and proc.stdout is not None
     try:
         for line in proc.stdout:
-            node.violations.extend(node.check())  # the tree after the previous step
+            check()  # the tree after the previous step
             if line.startswith("step "):
                 if kill_at is not None and int(line.split()[1]) == kill_at:
                     os.kill(proc.pid, signal.SIGKILL)
