@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from agent.execute import CgroupStepRunner, FileWriter
 from agent.plan import CgroupStep
 from cgroupfs import layout
+from cgroupfs.systemd.bus import NoSuchUnit
 from cgroupfs.systemd.driver import SystemdUnits
 from cgroupfs.systemd.properties import unit_properties
 from cgroupfs.types import CgroupName, CgroupValues
@@ -44,6 +45,12 @@ def systemd_runner(
         if values is None or not unit_properties(values, step.setting.version, weight_formula):
             files.write(step.path, step.setting.value)
             return 1
-        return len(units.apply(step.setting.cgroup, values, step.setting.version, weight_formula))
+        try:
+            return len(units.apply(step.setting.cgroup, values, step.setting.version, weight_formula))
+        except NoSuchUnit:
+            # the cgroup is there (the plan read it) but no unit holds it any more (a pod slice stopped
+            # before its cgroup is removed): systemd will not revert a file it does not manage
+            files.write(step.path, step.setting.value)
+            return 1
 
     return run

@@ -139,3 +139,23 @@ def test_every_property_call_is_a_runtime_change(systemd_backend: SystemdBackend
     assert USEC_INFINITY not in sent.values(), sent
     kubepods = systemd_backend.unit(_name("kubepods"))
     assert all(c.args[0] != kubepods or "MemoryMax" not in dict(c.args[2]) for c in calls)  # no allocatable
+
+
+@pytest.mark.parametrize("systemd_backend", SYSTEMD_BACKENDS[:1], indirect=True)
+def test_a_slice_whose_unit_is_gone_gets_its_files_and_the_rest_goes_on(
+    systemd_backend: SystemdBackend, tmp_path: Path
+) -> None:
+    """The pod's cgroup is still there but systemd no longer has its unit (a pod slice stopped before its
+    cgroup is removed): its values go to the files directly (systemd will not revert a cgroup it does not
+    manage), the tiers still through their units, and nothing fails."""
+    b = systemd_backend
+    assert isinstance(b, FakeSystemdBackend)
+    settings = _kubelet_slices(b, tmp_path)
+    gone = next(u for u in b.fake.units if u.endswith(f"pod{UID.replace('-', '_')}.slice"))
+    del b.fake.units[gone]
+    report = reconcile_once(settings)
+    assert report.ok, report.to_json()
+    assert _files(b) == FILES
+    assert gone not in b.fake.units  # not brought back by the agent
+    set_units = {c.args[0] for c in b.fake.calls if c.member == "SetUnitProperties"}
+    assert "kcgfake-kubepods-besteffort.slice" in set_units  # the tiers still through their units
