@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import threading
 import time
 import uuid
@@ -732,6 +733,13 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-stream (a dropped watch, a daemon stopped) is normal here."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeAPIServer:
     def __init__(self, cluster: FakeCluster, port: int = 0) -> None:
         self.cluster = cluster
@@ -747,7 +755,7 @@ class FakeAPIServer:
     def start(self) -> None:
         self._stopping = threading.Event()
         ThreadingHTTPServer.allow_reuse_address = True
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self.cluster, self._stopping))
+        server = _Server(("127.0.0.1", self.port), _handler(self.cluster, self._stopping))
         server.daemon_threads = True
         self.port = server.server_address[1]
         self._server = server

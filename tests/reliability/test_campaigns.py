@@ -81,7 +81,7 @@ def test_a_short_write_of_a_regular_file_is_completed_by_the_writer(tmp_path: Pa
 def test_a_figure_that_must_be_zero_fails_the_run() -> None:
     ok = engine_faults.Row("bare", "cgroup write: EBUSY", injected=1, spoiled=0)
     bad = engine_faults.Row("bare", "cri: UNAVAILABLE", injected=2, lost=1, spoiled=0, notes=["victim: ..."])
-    result = {"rows": [ok.to_json(), bad.to_json()], "crash": {"rounds": 1, "kills": 2, "violations": 0, "lost": 0, "not_completed": 1, "corrupt_records": 0, "notes": []}}
+    result = {"engine": [ok.to_json()], "api": [bad.to_json()], "crash": {"rounds": 1, "kills": 2, "violations": 0, "lost": 0, "not_completed": 1, "corrupt_records": 0, "notes": []}}
     assert failures(result) == ["bare / cri: UNAVAILABLE: lost = 1 (victim: ...)", "SIGKILL: not_completed = 1"]
     assert "| bare | cgroup write: EBUSY | 1 | 0 | 0 | 0 | 0 |" in table(result)
     assert os.linesep not in failures(result)[0]
