@@ -70,6 +70,12 @@ def run(form: Form, only: set[str] | None, workdir: Path) -> dict[str, Any]:
         figures, took = _timed("SIGKILL", lambda: crash_campaign.run(workdir / "crash", form.crash_kills))
         out["crash"] = figures.to_json()
         out["seconds"]["crash"] = round(took)
+    if only is None or "hostile" in only:
+        from tests.reliability import hostile
+
+        outcomes, took = _timed("hostile input", lambda: hostile.run_all(workdir / "hostile", short=form.crash_kills < 100))
+        out["hostile"] = [o.to_json() for o in outcomes]
+        out["seconds"]["hostile"] = round(took)
     if only is None or "soak" in only:
         from tests.reliability.soak import run_soak
 
@@ -97,6 +103,11 @@ def failures(result: dict[str, Any]) -> list[str]:
     crash = result.get("crash")
     if crash:
         bad += [f"SIGKILL: {k} = {crash[k]}" for k in ("violations", "lost", "not_completed", "corrupt_records") if crash[k]]
+    bad += [
+        f"hostile input {h['name']}: exit {h['exit']}, {h['tracebacks']} tracebacks ({h['last_line']})"
+        for h in result.get("hostile", [])
+        if h["exit"] not in (0, 1, 2) or h["tracebacks"]
+    ]
     soak = result.get("soak")
     if soak:
         bad += [f"soak: {p}" for p in soak.get("problems", [])]
@@ -124,6 +135,14 @@ def table(result: dict[str, Any]) -> str:
             f"| interrupted resizes not completed after restart | {crash['not_completed']} |",
             f"| corrupt records read | {crash['corrupt_records']} |",
         ]
+    hostile = result.get("hostile")
+    if hostile:
+        lines += [
+            "",
+            f"| hostile input to `diff` (address space limited to {2} GiB) | size MB | exit | seconds | peak RSS MB | tracebacks |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        lines += [f"| {h['name']} | {h['megabytes']} | {h['exit']} | {h['seconds']} | {h['max_rss_mb']} | {h['tracebacks']} |" for h in hostile]
     soak = result.get("soak")
     if soak:
         lines += ["", "| soak | figure |", "|---|---:|"]
@@ -162,7 +181,7 @@ def write(result: dict[str, Any], form_name: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.reliability", description=__doc__)
     ap.add_argument("--short", action="store_true", help="CI: fewer iterations, the same code paths")
-    ap.add_argument("--only", action="append", choices=("engine", "api", "crash", "soak"))
+    ap.add_argument("--only", action="append", choices=("engine", "api", "crash", "hostile", "soak"))
     ap.add_argument("--write", action="store_true", help="rewrite RELIABILITY.md's table and the JSON results")
     args = ap.parse_args(argv)
     from agent.logging import configure

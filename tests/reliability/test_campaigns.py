@@ -14,7 +14,7 @@ import pytest
 
 from agent.atomicfile import write_atomic
 from tests.fakes.kernel import skip_reason
-from tests.reliability import api_faults, crash_campaign, engine_faults
+from tests.reliability import api_faults, crash_campaign, engine_faults, hostile
 from tests.reliability.__main__ import failures, table
 from tests.reliability.syscalls import SHORT, Fault, SyscallFaults
 
@@ -85,3 +85,10 @@ def test_a_figure_that_must_be_zero_fails_the_run() -> None:
     assert failures(result) == ["bare / cri: UNAVAILABLE: lost = 1 (victim: ...)", "SIGKILL: not_completed = 1"]
     assert "| bare | cgroup write: EBUSY | 1 | 0 | 0 | 0 | 0 |" in table(result)
     assert os.linesep not in failures(result)[0]
+
+
+def test_hostile_inputs_get_a_result_or_one_line_within_an_address_space_limit(tmp_path: Path) -> None:
+    outcomes = hostile.run_all(tmp_path, short=True)
+    assert len(outcomes) == 3
+    for o in outcomes:
+        assert o.exit in (0, 1, 2) and o.tracebacks == 0, o
