@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 
 from agent.cli import main
 from agent.compute import ComputeConfig, PodComputeError, compute_pod
+from agent.cri.client import parse_verbose_info, values_from_linux
+from agent.cri.v1 import api_pb2 as pb
 from agent.errors import AgentError, user_message
+from agent.model import UNLIMITED
 from agent.pods.parse import PodParseError, parse_pod
 from agent.recommender.counters import parse_v1, parse_v2
 from agent.recommender.trace import parse_line
@@ -142,3 +145,44 @@ def test_the_cli_answers_any_manifest_with_a_result_or_one_line(tmp_path: Path, 
     assert "Traceback" not in out.err and "internal error" not in out.err, out.err
     if out.out:
         json.loads(out.out)  # the JSON contract holds whatever the input
+
+
+@FUZZ
+@given(st.dictionaries(st.text(max_size=8), st.text(max_size=60) | JSON.map(json.dumps), max_size=3))
+def test_any_verbose_container_status_gives_a_path_and_pid_or_none(info: dict[str, str]) -> None:
+    """What a broken or hostile runtime puts in ContainerStatus.info: never a crash, never a non-string
+    path or a non-positive pid."""
+    path, pid = parse_verbose_info(info)
+    assert path is None or (isinstance(path, str) and path)
+    assert pid is None or (isinstance(pid, int) and pid > 0)
+
+
+@FUZZ
+@given(
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(0, 2**63 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+    st.lists(st.text(max_size=8), max_size=2),
+)
+def test_any_runtime_reported_resources_convert_or_give_one_typed_error(
+    period: int, quota: int, shares: int, memory: int, page_sizes: list[str]
+) -> None:
+    """A status's resources: zero or negative limits read as unlimited; a page size the agent cannot
+    read is a ValueError naming it, which the client's one caller (container_status) reports as the
+    typed InvalidResponse."""
+    res = pb.LinuxContainerResources(
+        cpu_period=period,
+        cpu_quota=quota,
+        cpu_shares=shares,
+        memory_limit_in_bytes=memory,
+        hugepage_limits=[pb.HugepageLimit(page_size=p, limit=1) for p in page_sizes],
+    )
+    try:
+        values = values_from_linux(res)
+    except ValueError as err:
+        assert "hugepage size" in str(err)
+        return
+    assert values.cpu_quota == (quota if quota > 0 else UNLIMITED)
+    assert values.memory_limit == (memory if memory > 0 else UNLIMITED)
+    assert (values.cpu_period, values.cpu_shares) == (period, shares)
