@@ -17,7 +17,8 @@ resourceVersion each dropped stream delivered), `restart()` (stop the server and
 port, state kept, history compacted as after an etcd restore).
 The cluster state lives in `FakeCluster`, the sockets in `FakeAPIServer`.
 
-Any other kind (custom resources such as VerticalPodAutoscalers, Leases, StatefulSets, ControllerRevisions)
+Any other kind (custom resources such as VerticalPodAutoscalers, Leases, StatefulSets, ControllerRevisions;
+core kinds too, group "": LimitRanges are registered from the start, as every API server serves them)
 is served by a generic object store once registered with `serve(group, version, resource, kind)`: list
 (all namespaces or one; `labelSelector` with `k=v` terms), watch (same semantics as the pods' watch: from a
 resourceVersion, 410 when compacted, bookmarks), get, create (POST; 409 AlreadyExists; `generateName`), update
@@ -50,6 +51,11 @@ class Recorded:
     body: Any
 
 
+BUILTIN = (("", "v1", "limitranges", "LimitRange"),)
+"""Core kinds served by the generic store from the start (a real API server always has them): a test
+`put`s and `remove`s their objects like any registered kind's."""
+
+
 @dataclass
 class FakeCluster:
     node: dict[str, Any]
@@ -69,6 +75,10 @@ class FakeCluster:
     objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)  # key -> (ns, name) -> obj
     ghistory: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)  # (rv, key, type, obj)
     faults: list[list[Any]] = field(default_factory=list)  # [method, fragment, code, times left]
+
+    def __post_init__(self) -> None:
+        for group, version, resource, kind in BUILTIN:  # what every API server serves, without a CRD
+            self.serve(group, version, resource, kind)
 
     # ---- test side ----
 
