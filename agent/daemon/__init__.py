@@ -193,7 +193,7 @@ def run(settings: Settings) -> int:
         from agent.daemon.directory import DirectorySource
         from agent.kube.status import LogStatusReporter
 
-        source = DirectorySource(Path(settings.pods), settings.pods_poll_interval_s)
+        source = DirectorySource(Path(settings.pods), settings.pods_poll_interval_s, limit_ranges)
         reporter = LogStatusReporter()
         kubelet_version = settings.kubelet_version
         log.info("source", kind="directory", directory=settings.pods)

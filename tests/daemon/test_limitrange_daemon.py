@@ -2,14 +2,16 @@
 annotation within the namespace's LimitRange is applied; one beyond it is refused with a
 LimitRangeExceeded Event and nothing of that pod changes, while the other pod goes on; a changed
 LimitRange re-derives the annotated pods of its namespace; LimitRanges that cannot be listed refuse
-annotation-driven changes until they can."""
+annotation-driven changes until they can; on a bare node the manifest directory's LimitRanges apply."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from tests.daemon.conftest import Env, wait_for
+import yaml
+
+from tests.daemon.conftest import Env, api_pod, wait_for
 from tests.resize.harness import ctr, manifest
 
 LR_API = ("", "v1", "limitranges")
@@ -82,4 +84,23 @@ def test_limitranges_that_cannot_be_listed_refuse_annotations_until_they_can(env
     refused = [e for e in daemon.logged("pod.invalid", pod="default/a") if "cannot be checked" in e["error"]]
     assert refused and "403" in refused[0]["error"]
     assert _quota(env, "plain") == "20000"
+    assert daemon.terminate() == 0
+
+
+def test_a_bare_node_takes_the_limitranges_from_its_manifest_directory(env: Env) -> None:
+    _pods(env, "solo")
+    pods = env.tmp / "manifests"
+    pods.mkdir()
+    raw = api_pod(env.node, "solo")
+    raw["metadata"]["annotations"] = {RESIZE: json.dumps({"containers": {"app": {"limits": {"cpu": "1"}}}})}
+    (pods / "solo.yaml").write_text(yaml.safe_dump(raw))
+    limits = pods / "limits.yaml"
+    limits.write_text(yaml.safe_dump({"kind": "LimitRange", **_limit_range("500m")}))
+    daemon = env.daemon(pods=str(pods), kubeconfig=None, nodeName=None, podsPollInterval="50ms")
+    daemon.ready()
+    wait_for(lambda: daemon.logged("pod.invalid", pod="default/solo", reason="LimitRangeExceeded"), "the refusal")
+    assert _quota(env, "solo") == "20000"
+
+    limits.write_text(yaml.safe_dump({"kind": "LimitRange", **_limit_range("2")}))
+    wait_for(lambda: _quota(env, "solo") == "100000", "the annotation applied under the raised bound")
     assert daemon.terminate() == 0

@@ -231,3 +231,40 @@ def test_replace_names_the_namespaces_that_changed_and_a_later_failure_keeps_the
     assert ranges.replace_objects([limit_range("lr", MAX_CPU), limit_range("x", MAX_CPU, namespace="b")])[0] == frozenset({"b"})
     assert not ranges.unavailable("connection refused")  # the last listed ones stay in force
     assert [lr.name for lr in ranges.of("shop")] == ["lr"]
+
+
+# ---- the CLI: LimitRanges read from the same input as the pods ---------------------------------------
+
+
+def _diff(tmp_path: Any, files: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    from agent.cli import main
+
+    pods = tmp_path / "input"
+    pods.mkdir()
+    for name, doc in files.items():
+        (pods / name).write_text(json.dumps(doc))
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"pods: {pods}\ncgroupfs: {tmp_path}\ncgroupVersion: '1'\n")
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "memory").mkdir()
+    code = main(["diff", "--config", str(cfg), "-o", "json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_the_cli_bounds_annotations_by_the_limitranges_of_its_input(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kubectl get limitranges -A -o json` (a LimitRangeList) beside the pods: the pod is refused as the daemon would."""
+    listed = {"kind": "LimitRangeList", "apiVersion": "v1", "items": [{k: v for k, v in limit_range("lr", MAX_CPU).items() if k != "kind"}]}
+    code, out = _diff(tmp_path, {"a-limits.json": listed, "b-pods.json": {"kind": "List", "items": [_annotated("900m")]}}, capsys)
+    assert code == 2
+    assert out["errors"] == [{"pod": "shop/web", "message": (
+        "refused: with its annotations the pod breaks its namespace's LimitRange: "
+        "LimitRange shop/lr: cpu maximum per Container is 800m, but container app has limit 900m")}]
+
+
+def test_the_cli_leaves_a_malformed_limitrange_out_with_a_warning(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = limit_range("broken", item("Container", max={"cpu": "lots"}))
+    code, out = _diff(tmp_path, {"input.json": {"kind": "List", "items": [broken, _annotated("900m")]}}, capsys)
+    assert code != 2 and out["errors"] == []  # the pod is computed: the broken LimitRange does not block
+    assert [w["message"] for w in out["warnings"] if "LimitRange" in w["message"]] == [
+        "LimitRange shop/broken: spec.limits[0].max cpu: 'lots' is not a valid quantity (left out: the namespace's other LimitRanges still apply)"
+    ]
