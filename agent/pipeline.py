@@ -82,7 +82,7 @@ def environment(settings: Settings) -> Environment:
 def load_pods(settings: Settings, extra: Sequence[Source] = ()) -> Loaded:
     """The node's pods; `extra`: sources of desired state beyond the annotations (the CLI's VPA source).
     The annotations are bounded by the LimitRanges the input carries (files), or the API's (no files)."""
-    limit_ranges = LimitRanges({}, settings.annotation_namespaces) if settings.annotation_namespaces != frozenset() else None
+    limit_ranges = LimitRanges.unknown(settings.annotation_namespaces) if settings.annotation_namespaces != frozenset() else None
     sources = (*default_sources(settings.annotation_namespaces, limit_ranges), *extra)
     if settings.pods is not None:
         try:

@@ -104,3 +104,43 @@ def test_a_bare_node_takes_the_limitranges_from_its_manifest_directory(env: Env)
     limits.write_text(yaml.safe_dump({"kind": "LimitRange", **_limit_range("2")}))
     wait_for(lambda: _quota(env, "solo") == "100000", "the annotation applied under the raised bound")
     assert daemon.terminate() == 0
+
+
+def test_the_cli_reading_pods_from_the_api_reads_the_limitranges_there(tmp_path: Any) -> None:
+    """`diff` without --pods: the node's pods and every LimitRange from the API (read once, never watched);
+    a LimitRange list that fails refuses the annotated pod as the daemon would."""
+    import subprocess
+    import sys
+
+    from tests.daemon.conftest import NODE, REPO, node_object
+    from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
+
+    cluster = FakeCluster(node=node_object())
+    pod = manifest("web", [ctr("app", req={"cpu": "100m"}, lim={"cpu": "200m"})])
+    pod["spec"]["nodeName"] = NODE
+    pod["metadata"]["annotations"] = {RESIZE: json.dumps({"containers": {"app": {"limits": {"cpu": "1"}}}})}
+    cluster.apply(pod)
+    cluster.put(*LR_API, _limit_range("500m"))
+    api = FakeAPIServer(cluster)
+    api.start()
+    try:
+        (tmp_path / "kubeconfig").write_text(api.kubeconfig())
+        for controller in ("cpu", "memory"):
+            (tmp_path / "fs" / controller).mkdir(parents=True)
+        cfg = tmp_path / "config.yaml"
+        cfg.write_text(yaml.safe_dump({"cgroupfs": str(tmp_path / "fs"), "cgroupVersion": "1", "kubeconfig": str(tmp_path / "kubeconfig"),
+                                       "nodeName": NODE, "hugepageSizes": []}))
+
+        def diff() -> list[str]:
+            r = subprocess.run([sys.executable, "-m", "agent", "diff", "--config", str(cfg), "-o", "json"],
+                               capture_output=True, text=True, cwd=REPO, check=False)
+            assert r.returncode == 2, r.stderr
+            return [e["message"] for e in json.loads(r.stdout)["errors"]]
+
+        assert diff() == ["refused: with its annotations the pod breaks its namespace's LimitRange: "
+                          "LimitRange default/limits: cpu maximum per Container is 500m, but container app has limit 1"]
+        cluster.fail("GET", "/api/v1/limitranges", 403)
+        [message] = diff()
+        assert "cannot be checked against namespace default's LimitRanges" in message and "403" in message
+    finally:
+        api.stop()
