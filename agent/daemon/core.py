@@ -146,6 +146,7 @@ class Daemon:
             return None  # not ours (a manifest for another node)
         try:
             view: PodView | None = parse_pod({"kind": "Pod", **raw}, self.sources)
+            self._invalid.pop(uid, None)  # readable again: a later refusal is reported again
         except PodParseError as err:
             view = None
             self.metrics.errors.labels("PodParseError").inc()

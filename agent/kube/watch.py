@@ -218,7 +218,7 @@ class Watcher:
 
     def run(self, sink: PodSink, stop: threading.Event, listed_at: str | None = None) -> None:
         """List (unless the caller just did, at `listed_at`) and watch until `stop`."""
-        rv: str | None = listed_at
+        rv: str | None = listed_at or None
         while not stop.is_set():
             try:
                 if rv is None:

@@ -73,8 +73,9 @@ class LimitRangesUnavailable(SourceInputError):
 
 
 @dataclass(frozen=True, slots=True)
-class Bound:
-    """One resource's bound in one rule: `amount` in the agent's units (a ratio: in thousandths)."""
+class Limit:
+    """One resource's bound in one rule of a LimitRange item: `amount` in the agent's units (a ratio: in
+    thousandths)."""
 
     resource: str  # as the LimitRange names it
     hugepage_size: int | None  # bytes, for hugepages-<size>
@@ -85,9 +86,9 @@ class Bound:
 @dataclass(frozen=True, slots=True)
 class Item:
     scope: Scope
-    min: tuple[Bound, ...] = ()
-    max: tuple[Bound, ...] = ()
-    ratio: tuple[Bound, ...] = ()  # maxLimitRequestRatio, in thousandths
+    min: tuple[Limit, ...] = ()
+    max: tuple[Limit, ...] = ()
+    ratio: tuple[Limit, ...] = ()  # maxLimitRequestRatio, in thousandths
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,7 @@ class Violation:
 # ---- reading a LimitRange -------------------------------------------------------------------------
 
 
-def _bound(resource: object, value: object, ratio: bool, where: str) -> Bound | None:
+def _bound(resource: object, value: object, ratio: bool, where: str) -> Limit | None:
     """A handled resource's bound; None for a resource the agent does not act on (its value is still
     checked to be a quantity)."""
     what = f"{where} {resource}"
@@ -143,12 +144,12 @@ def _bound(resource: object, value: object, ratio: bool, where: str) -> Bound | 
         quantity.parse(value, what)
         return None
     if resource in ("cpu", "memory"):
-        return Bound(resource, None, amount, shown)
+        return Limit(resource, None, amount, shown)
     if resource.startswith(HUGEPAGES):
         size = quantity.to_int(resource[len(HUGEPAGES) :], f"{where} page size of {resource!r}")
         if size <= 0:
             raise quantity.QuantityError(f"{where}: page size of {resource!r} must be positive")
-        return Bound(resource, size, amount, shown)
+        return Limit(resource, size, amount, shown)
     return None  # a ratio of a resource the agent does not act on
 
 
@@ -168,7 +169,7 @@ def parse_limit_range(raw: Mapping[str, Any]) -> LimitRange:
         if not isinstance(entry, Mapping) or not isinstance(entry.get("type"), str):
             raise LimitRangeParseError(f"{key}: {where} must be a map with a type", limit_range=f"{namespace}/{name}")
         scope = entry["type"]
-        rules: dict[Rule, tuple[Bound, ...]] = {}
+        rules: dict[Rule, tuple[Limit, ...]] = {}
         for field in _RULES:
             values = entry.get(field)
             if values is None:
@@ -207,15 +208,15 @@ def parse_all(objects: Iterable[Mapping[str, Any]], namespaces: frozenset[str] |
 # ---- checking a pod (pure) ------------------------------------------------------------------------
 
 
-def _amount(res: Resources, bound: Bound) -> int | None:
-    if bound.hugepage_size is not None:
-        return res.hugepages.get(bound.hugepage_size)
-    return res.cpu_milli if bound.resource == "cpu" else res.memory
+def _amount(res: Resources, limit: Limit) -> int | None:
+    if limit.hugepage_size is not None:
+        return res.hugepages.get(limit.hugepage_size)
+    return res.cpu_milli if limit.resource == "cpu" else res.memory
 
 
-def shown(bound: Bound, amount: int) -> str:
+def shown(limit: Limit, amount: int) -> str:
     """An amount as a quantity a user reads (500m, 2, 256Mi, 1000)."""
-    if bound.resource == "cpu":
+    if limit.resource == "cpu":
         return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
     for suffix, unit in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
         if amount and amount % unit == 0:
@@ -230,7 +231,7 @@ def _ratio(limit: int, request: int) -> str:
 def _check(lr: LimitRange, item: Item, pod: str, container: str | None, requests: Resources, limits: Resources) -> list[Violation]:
     out: list[Violation] = []
 
-    def broke(b: Bound, rule: Rule, field: str, value: str | None) -> None:
+    def broke(b: Limit, rule: Rule, field: str, value: str | None) -> None:
         out.append(Violation(pod, lr.key, item.scope, container, b.resource, rule, field, value, b.shown))
 
     for b in item.min:
@@ -293,7 +294,7 @@ class _Seen:
 
 class LimitRanges:
     """The LimitRanges of the namespaces where annotations are honoured, as last listed: the bound the
-    annotation sources attach to their proposals (`agent.sources.base.Bound`).
+    annotation sources attach to their proposals (an `agent.sources.base.Bound`).
 
     Unknown until the first list (`unknown()`, the daemon), then replaced whole by each (re)list or watch
     event. While unknown or unreadable, an annotation-driven change is refused (fail closed): it cannot be

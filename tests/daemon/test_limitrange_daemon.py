@@ -67,6 +67,10 @@ def test_within_the_bound_applies_beyond_it_is_refused_and_the_other_pod_goes_on
     env.cluster.put(*LR_API, _limit_range("2"))  # the namespace's bound rises: pod b is derived again
     wait_for(lambda: _quota(env, "b") == "100000", "pod b's annotation applied under the new LimitRange")
     assert _quota(env, "a") == "30000"
+
+    env.cluster.put(*LR_API, _limit_range("500m"))  # and falls: b is refused again, reported again, kept as it is
+    wait_for(lambda: _events(env, "b", "LimitRangeExceeded")[0].get("count") == 2, "the second refusal's Event")
+    assert _quota(env, "b") == "100000", "a LimitRange does not act on what was already applied, as on admitted pods"
     assert daemon.terminate() == 0
 
 
