@@ -19,6 +19,7 @@ from agent.plan import Plan, build_plan, usage_paths
 from agent.pods.load import Loaded, SourceError, load_path
 from agent.settings import Settings
 from agent.sources import Source, default_sources
+from agent.sources.limitrange import LimitRanges
 from cgroupfs.files import CgroupFiles
 from cgroupfs.hugepages import node_hugepage_sizes
 from cgroupfs.layout import Hierarchy, RenderOptions, cgroup_directory
@@ -79,11 +80,13 @@ def environment(settings: Settings) -> Environment:
 
 
 def load_pods(settings: Settings, extra: Sequence[Source] = ()) -> Loaded:
-    """The node's pods; `extra`: sources of desired state beyond the annotations (the CLI's VPA source)."""
-    sources = (*default_sources(settings.annotation_namespaces), *extra)
+    """The node's pods; `extra`: sources of desired state beyond the annotations (the CLI's VPA source).
+    The annotations are bounded by the LimitRanges the input carries (files), or the API's (no files)."""
+    limit_ranges = LimitRanges.unknown(settings.annotation_namespaces) if settings.annotation_namespaces != frozenset() else None
+    sources = (*default_sources(settings.annotation_namespaces, limit_ranges), *extra)
     if settings.pods is not None:
         try:
-            return load_path(settings.pods, sources=sources)
+            return load_path(settings.pods, sources=sources, limit_ranges=limit_ranges)
         except SourceError as err:
             raise PipelineError(str(err)) from err
     node = settings.node_name or os.environ.get("NODE_NAME")
@@ -93,15 +96,20 @@ def load_pods(settings: Settings, extra: Sequence[Source] = ()) -> Loaded:
         )
     from agent.kube.source import list_node_pods
 
-    return list_node_pods(settings.kubeconfig, node, sources)
+    return list_node_pods(settings.kubeconfig, node, sources, limit_ranges)
 
 
 def compute(
-    settings: Settings, env: Environment, pods: tuple[PodView, ...], errors: tuple[Problem, ...]
+    settings: Settings,
+    env: Environment,
+    pods: tuple[PodView, ...],
+    errors: tuple[Problem, ...],
+    warnings: tuple[str, ...] = (),
 ) -> NodeComputation:
     comp = compute_node(pods, settings.compute_config(env.hugepage_sizes))
-    if errors:
-        comp = NodeComputation(comp.pods, comp.tiers, comp.warnings, (*errors, *comp.errors))
+    if errors or warnings:
+        seen = (*(Problem(None, w) for w in warnings), *comp.warnings)
+        comp = NodeComputation(comp.pods, comp.tiers, seen, (*errors, *comp.errors))
     return comp
 
 
@@ -135,7 +143,7 @@ def run(
     env = env or environment(settings)
     loaded = load_pods(settings, sources)
     pods = enrich(loaded.pods) if enrich is not None else loaded.pods
-    comp = compute(settings, env, pods, loaded.errors)
+    comp = compute(settings, env, pods, loaded.errors, loaded.warnings)
     wanted = desired_files(
         comp, env.hierarchy, env.render_options, env.container_render_options, include_containers
     )

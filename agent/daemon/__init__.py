@@ -28,6 +28,7 @@ from agent.logging import configure, get_logger
 from agent.metrics import Endpoints, Metrics, Probe
 from agent.settings import ConfigError, Settings
 from agent.sources import default_sources
+from agent.sources.limitrange import LimitRanges
 from cgroupfs.types import DriverKind
 
 log = get_logger("agent.daemon")
@@ -38,11 +39,12 @@ __all__ = ["Daemon", "check_settings", "run", "select_reconciler"]
 def factories() -> list[ComponentFactory]:
     """Every component the daemon runs beside the pod loop, in start order; each decides from the
     settings whether it runs (agent.daemon.components)."""
+    from agent.daemon.limitranges import limitrange_component
     from agent.daemon.recommender import recommender_component
     from agent.daemon.rollout import rollout_component
     from agent.daemon.vpa import vpa_component
 
-    return [recommender_component, vpa_component, rollout_component]
+    return [limitrange_component, recommender_component, vpa_component, rollout_component]
 
 
 def check_settings(settings: Settings) -> list[str]:
@@ -181,6 +183,9 @@ def run(settings: Settings) -> int:
         ensure_tiers(env)
     metrics = Metrics()
     node = settings.node_name or os.environ.get("NODE_NAME")
+    # the namespaces' LimitRanges bound the annotations wherever one can be honoured (annotationNamespaces
+    # not []): from the API (agent.daemon.limitranges) or the manifest directory
+    limit_ranges = LimitRanges.unknown(settings.annotation_namespaces) if settings.annotation_namespaces != frozenset() else None
     source: PodSource
     reporter: StatusReporter
     api: Any | None = None
@@ -188,7 +193,7 @@ def run(settings: Settings) -> int:
         from agent.daemon.directory import DirectorySource
         from agent.kube.status import LogStatusReporter
 
-        source = DirectorySource(Path(settings.pods), settings.pods_poll_interval_s)
+        source = DirectorySource(Path(settings.pods), settings.pods_poll_interval_s, limit_ranges)
         reporter = LogStatusReporter()
         kubelet_version = settings.kubelet_version
         log.info("source", kind="directory", directory=settings.pods)
@@ -224,7 +229,7 @@ def run(settings: Settings) -> int:
             "cri.none", message="no criEndpoint: container values that differ are left to the runtime"
         )
     reconciler = select_reconciler(settings, env, ownership, cri)
-    context = DaemonContext(settings, node, api, metrics, ownership, env, cri)
+    context = DaemonContext(settings, node, api, metrics, ownership, env, cri, limit_ranges=limit_ranges)
     components = [c for factory in factories() if (c := factory(context)) is not None]
     daemon = Daemon(
         reconciler,
@@ -235,8 +240,12 @@ def run(settings: Settings) -> int:
         resync_period_s=settings.resync_period_s,
         workers=settings.workers,
         stop=stop,
-        sources=(*default_sources(settings.annotation_namespaces), *context.sources),
+        sources=(*default_sources(settings.annotation_namespaces, limit_ranges), *context.sources),
     )
+    if limit_ranges is not None:
+        from agent.daemon.limitranges import wait_settled
+
+        daemon.before_first_pass.append(wait_settled(limit_ranges))
     context.refresh = daemon.refresh
     context.pods = daemon.views
     context.raw_pods = daemon.raws

@@ -20,6 +20,7 @@ from agent.model import PodView
 from agent.resize.types import ResizeStatus
 from agent.settings import Settings
 from agent.sources import Source
+from agent.sources.limitrange import LimitRanges
 
 
 @dataclass(slots=True)
@@ -32,6 +33,8 @@ class DaemonContext:
     env: Any  # agent.pipeline.Environment (cgroup files and layout)
     cri: Any | None  # the CRI client, or None
     sources: list[Source] = field(default_factory=list)  # extra sources of desired state (add before start)
+    # the namespaces' LimitRanges bounding the annotations (None: no annotation can be honoured here)
+    limit_ranges: LimitRanges | None = None
     refresh: Callable[[Iterable[str] | None], None] = lambda uids: None  # set by the daemon
     pods: Callable[[], list[PodView]] = list  # the node's pods as last seen (set by the daemon)
     raw_pods: Callable[[], list[Any]] = list  # the same, as the API sent them

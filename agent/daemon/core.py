@@ -7,7 +7,8 @@ Why this shape (kopf's reactor, the kubelet's QoS manager):
   workers, so a pod's passes never overlap; a pod's arrival, change or departure also enqueues TIERS;
 - every `resyncPeriod` every pod and the tiers are enqueued again: missed events, drift and the tiers'
   qos-reserved retry are caught there (the kubelet does its QoS pass every 60 s);
-- a pod that cannot be read or computed gets an Event and a log line, and the other pods go on;
+- a pod that cannot be read or computed (or whose annotations are refused) gets an Event and a log line,
+  nothing of it is changed, and the other pods go on;
 - stopping: the source stops, the queue stops handing out work, each worker finishes its current step
   (never more), the checkpoint is flushed, queued reports are sent, and `run` returns.
 """
@@ -88,12 +89,16 @@ class Daemon:
         self._threads: list[threading.Thread] = []
         self._source_thread: threading.Thread | None = None
         self.status_hooks: list[Callable[[Sequence[ResizeStatus]], None]] = []  # components following resizes
+        # outside state the first pass needs (the namespaces' LimitRanges): each waits until it is known
+        self.before_first_pass: list[Callable[[threading.Event], None]] = []
 
     # -- the sink the sources call -----------------------------------------------------------------
 
     def snapshot(self, pods: list[Mapping[str, Any]]) -> None:
         seen: set[str] = set()
         if not self._synced.is_set():
+            for wait in self.before_first_pass:  # the list's resourceVersion is kept: nothing is missed
+                wait(self.stop)
             self._start_reconciler(pods)
         for raw in pods:
             uid = self._ingest(raw)
@@ -141,14 +146,15 @@ class Daemon:
             return None  # not ours (a manifest for another node)
         try:
             view: PodView | None = parse_pod({"kind": "Pod", **raw}, self.sources)
+            self._invalid.pop(uid, None)  # readable again: a later refusal is reported again
         except PodParseError as err:
             view = None
             self.metrics.errors.labels("PodParseError").inc()
             if self._invalid.get(uid) != err.message:
                 self._invalid[uid] = err.message
-                log.warning("pod.invalid", pod=key, pod_uid=uid, error=err.message)
+                log.warning("pod.invalid", pod=key, pod_uid=uid, reason=err.reason, error=err.message)
                 if uid:
-                    self.reporter.event(ref, "InvalidPod", err.message, warning=True)
+                    self.reporter.event(ref, err.reason, err.message, warning=True)
         if not uid:
             return None
         with self._lock:

@@ -16,8 +16,9 @@ from typing import Any
 
 from agent.kube.watch import PodSink
 from agent.logging import get_logger
-from agent.pods.load import MANIFEST_SUFFIXES, _documents, _items
+from agent.pods.load import MANIFEST_SUFFIXES, _documents, _items, split_limit_ranges
 from agent.pods.parse import PodParseError
+from agent.sources.limitrange import LimitRanges
 
 log = get_logger("agent.daemon.directory")
 
@@ -41,34 +42,42 @@ def fingerprint(directory: Path) -> Fingerprint:
     return tuple(out)
 
 
-def read_manifests(directory: Path) -> tuple[list[Mapping[str, Any]], list[str]]:
-    """The raw pod objects of every manifest file (parsed by the daemon like API objects), and problems."""
-    pods: list[Mapping[str, Any]] = []
+def read_manifests(directory: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[str]]:
+    """The raw pod objects of every manifest file (parsed by the daemon like API objects), the LimitRange
+    objects among them, and problems."""
+    objects: list[Mapping[str, Any]] = []
     problems: list[str] = []
     for name, _, _ in fingerprint(directory):
         path = directory / name
         try:
             text = path.read_text()
             for doc in _documents(text, str(path)):
-                pods.extend(_items(doc, str(path)))
+                objects.extend(_items(doc, str(path)))
         except (OSError, UnicodeDecodeError) as err:
             problems.append(f"{path}: cannot read: {err}")
         except PodParseError as err:
             problems.append(f"{path}: {err.message}")
-    return pods, problems
+    pods, limit_ranges = split_limit_ranges(objects)
+    return pods, limit_ranges, problems
 
 
 class DirectorySource:
-    def __init__(self, directory: Path, interval_s: float) -> None:
+    """The manifests of a directory; its LimitRange manifests, when `limit_ranges` is given, bound the
+    annotations as the API's would (read before the pods of the same reload are handed over)."""
+
+    def __init__(self, directory: Path, interval_s: float, limit_ranges: LimitRanges | None = None) -> None:
         self.directory = directory
         self.interval_s = interval_s
+        self.limit_ranges = limit_ranges
 
     def run(self, sink: PodSink, stop: threading.Event) -> None:
         seen: Fingerprint | None = None
         while not stop.is_set():
             current = fingerprint(self.directory)
             if current != seen:
-                pods, problems = read_manifests(self.directory)
+                pods, limit_ranges, problems = read_manifests(self.directory)
+                if self.limit_ranges is not None:
+                    problems.extend(self.limit_ranges.replace_objects(limit_ranges)[1])
                 for problem in problems:
                     log.warning("manifests.invalid", problem=problem)
                 sink.snapshot(pods)

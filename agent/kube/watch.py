@@ -216,8 +216,9 @@ class Watcher:
                 self._resp = None
             resp.release_conn()
 
-    def run(self, sink: PodSink, stop: threading.Event) -> None:
-        rv: str | None = None
+    def run(self, sink: PodSink, stop: threading.Event, listed_at: str | None = None) -> None:
+        """List (unless the caller just did, at `listed_at`) and watch until `stop`."""
+        rv: str | None = listed_at or None
         while not stop.is_set():
             try:
                 if rv is None:

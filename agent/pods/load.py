@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -15,6 +15,7 @@ from agent.errors import PermanentError
 from agent.model import PodView, Problem
 from agent.pods.parse import PodParseError, parse_pod, pod_key
 from agent.sources import DEFAULT_SOURCES, Source
+from agent.sources.limitrange import LimitRanges
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -23,6 +24,7 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 class Loaded:
     pods: tuple[PodView, ...]
     errors: tuple[Problem, ...]
+    warnings: tuple[str, ...] = ()  # LimitRanges in the input that could not be read (left out)
 
 
 class SourceError(PermanentError, OSError):
@@ -57,16 +59,26 @@ def _items(doc: object, origin: str) -> Iterator[Mapping[str, Any]]:
     if not isinstance(doc, Mapping):
         raise PodParseError(origin, "a document must be a Pod or a List of Pods")
     kind = doc.get("kind")
-    if kind in ("List", "PodList") or (kind is None and isinstance(doc.get("items"), list)):
+    if kind in ("List", "PodList", "LimitRangeList") or (kind is None and isinstance(doc.get("items"), list)):
         items = doc.get("items") or []
         if not isinstance(items, list):
             raise PodParseError(origin, "items must be a list")
         for item in items:
-            if isinstance(item, Mapping) and item.get("kind") is None and kind == "PodList":
-                item = {**item, "kind": "Pod"}
+            if isinstance(item, Mapping) and item.get("kind") is None and kind in ("PodList", "LimitRangeList"):
+                item = {**item, "kind": kind.removesuffix("List")}
             yield from _items(item, origin)
         return
     yield doc
+
+
+def split_limit_ranges(objects: Iterable[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """(everything else, the LimitRange objects): the input may carry the namespaces' LimitRanges beside
+    the pods (`kubectl get pods,limitranges -A -o yaml`), which bound the annotations."""
+    others: list[Mapping[str, Any]] = []
+    limit_ranges: list[Mapping[str, Any]] = []
+    for obj in objects:
+        (limit_ranges if obj.get("kind") == "LimitRange" else others).append(obj)
+    return others, limit_ranges
 
 
 def objects(text: str, origin: str) -> list[Mapping[str, Any]]:
@@ -75,25 +87,39 @@ def objects(text: str, origin: str) -> list[Mapping[str, Any]]:
     return [item for doc in _documents(text, origin) for item in _items(doc, origin)]
 
 
-def parse_text(text: str, origin: str, sources: Sequence[Source] = DEFAULT_SOURCES) -> Loaded:
-    pods: list[PodView] = []
-    errors: list[Problem] = []
+def _read(text: str, origin: str) -> tuple[list[Mapping[str, Any]], list[Problem]]:
+    """The objects of one text, and a problem per document that cannot be read."""
     try:
         docs = list(_documents(text, origin))
     except PodParseError as err:
-        return Loaded((), (Problem(None, f"{origin}: {err.message}"),))
+        return [], [Problem(None, f"{origin}: {err.message}")]
+    objects: list[Mapping[str, Any]] = []
+    errors: list[Problem] = []
     for doc in docs:
         try:
-            items = list(_items(doc, origin))
+            objects.extend(_items(doc, origin))
         except PodParseError as err:
             errors.append(Problem(None, f"{origin}: {err.message}"))
-            continue
-        for item in items:
-            try:
-                pods.append(parse_pod(item, sources))
-            except PodParseError as err:
-                errors.append(Problem(err.pod, err.message))
-    return Loaded(tuple(pods), tuple(errors))
+    return objects, errors
+
+
+def _parse(objects: list[Mapping[str, Any]], errors: list[Problem], sources: Sequence[Source], limit_ranges: LimitRanges | None) -> Loaded:
+    """The pods among `objects`; their LimitRanges first go to `limit_ranges` (left out when it is None)."""
+    items, found = split_limit_ranges(objects)
+    warnings = limit_ranges.replace_objects(found)[1] if limit_ranges is not None else []
+    pods: list[PodView] = []
+    for item in items:
+        try:
+            pods.append(parse_pod(item, sources))
+        except PodParseError as err:
+            errors.append(Problem(err.pod, err.message))
+    return Loaded(tuple(pods), tuple(errors), tuple(warnings))
+
+
+def parse_text(
+    text: str, origin: str, sources: Sequence[Source] = DEFAULT_SOURCES, limit_ranges: LimitRanges | None = None
+) -> Loaded:
+    return _parse(*_read(text, origin), sources, limit_ranges)
 
 
 def _unique(loaded: Loaded) -> Loaded:
@@ -107,13 +133,16 @@ def _unique(loaded: Loaded) -> Loaded:
             continue
         seen[p.uid] = p.key
         pods.append(p)
-    return Loaded(tuple(pods), tuple(errors))
+    return Loaded(tuple(pods), tuple(errors), loaded.warnings)
 
 
-def load_path(path: str, stdin: TextIO | None = None, sources: Sequence[Source] = DEFAULT_SOURCES) -> Loaded:
-    """`-` is stdin; a directory is read file by file in name order (manifest suffixes only)."""
+def load_path(
+    path: str, stdin: TextIO | None = None, sources: Sequence[Source] = DEFAULT_SOURCES, limit_ranges: LimitRanges | None = None
+) -> Loaded:
+    """`-` is stdin; a directory is read file by file in name order (manifest suffixes only). LimitRange
+    objects anywhere in the input go to `limit_ranges` before any pod is parsed."""
     if path == "-":
-        return _unique(parse_text((stdin or sys.stdin).read(), "<stdin>", sources))
+        return _unique(parse_text((stdin or sys.stdin).read(), "<stdin>", sources, limit_ranges))
     p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in MANIFEST_SUFFIXES)
@@ -121,7 +150,7 @@ def load_path(path: str, stdin: TextIO | None = None, sources: Sequence[Source] 
         files = [p]
     else:
         raise SourceError(f"pod source {path} does not exist")
-    pods: list[PodView] = []
+    objects: list[Mapping[str, Any]] = []
     errors: list[Problem] = []
     for f in files:
         try:
@@ -129,10 +158,10 @@ def load_path(path: str, stdin: TextIO | None = None, sources: Sequence[Source] 
         except (OSError, UnicodeDecodeError) as err:
             errors.append(Problem(None, f"{f}: cannot read: {err}"))
             continue
-        loaded = parse_text(text, str(f), sources)
-        pods.extend(loaded.pods)
-        errors.extend(loaded.errors)
-    return _unique(Loaded(tuple(pods), tuple(errors)))
+        found, problems = _read(text, str(f))
+        objects.extend(found)
+        errors.extend(problems)
+    return _unique(_parse(objects, errors, sources, limit_ranges))
 
 
 def from_objects(objects: list[Any], sources: Sequence[Source] = DEFAULT_SOURCES) -> Loaded:

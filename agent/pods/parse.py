@@ -36,10 +36,13 @@ HUGEPAGES_PREFIX: Final = "hugepages-"
 
 
 class PodParseError(PermanentError, ValueError):
-    def __init__(self, pod: str, message: str) -> None:
+    """A pod the agent cannot act on; `reason` is the Event's reason (InvalidPod, or a refused annotation's)."""
+
+    def __init__(self, pod: str, message: str, reason: str = "InvalidPod") -> None:
         super().__init__(f"{pod}: {message}", pod=pod)
         self.pod = pod
         self.message = message
+        self.reason = reason
 
 
 def pod_key(raw: Mapping[str, Any]) -> str:
@@ -247,7 +250,7 @@ def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCE
     try:
         merged = merge(raw, sources)  # sources of desired state over the spec, by precedence
     except SourceInputError as err:
-        raise PodParseError(key, str(err)) from err
+        raise PodParseError(key, str(err), err.reason) from err
     raw = merged.raw
     kind = raw.get("kind", "Pod")
     if kind != "Pod":
@@ -321,4 +324,10 @@ def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCE
         owner=controller_owner(meta),
         labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()} if isinstance(meta.get("labels"), Mapping) else {},
     )
-    return _default_pod_level(pod)
+    pod = _default_pod_level(pod)
+    try:
+        for bound in merged.bounds:  # the pod as the annotations made it, checked as admission would
+            bound.check(pod)
+    except SourceInputError as err:
+        raise PodParseError(key, str(err), err.reason) from err
+    return pod

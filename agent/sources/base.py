@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
 from agent.errors import PermanentError
+from agent.model import PodView
 
 Section = Literal["containers", "initContainers"]
 Kind = Literal["requests", "limits"]
@@ -31,7 +32,19 @@ KINDS: Final[tuple[Kind, ...]] = ("requests", "limits")
 
 
 class SourceInputError(PermanentError, ValueError):
-    """A source's input on the pod (an annotation) is malformed; the message names the problem."""
+    """A source's input on the pod (an annotation) is malformed or refused; the message names the problem
+    and `reason` is the Event's reason."""
+
+    reason: str = "InvalidPod"
+
+
+class Bound(Protocol):
+    """A check of the pod as its proposals made it (a namespace's LimitRanges): `merge` hands on the
+    distinct bounds of the proposals applied, and the pod's parser runs each on the defaulted pod."""
+
+    def check(self, pod: PodView) -> None:
+        """Raise SourceInputError when the pod, as proposed, is refused."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +59,7 @@ class Proposal:
     containers: Mapping[tuple[Section, str], ContainerResources] = field(default_factory=dict)
     pod: ContainerResources | None = None
     note: str = ""
+    bound: Bound | None = None  # what the pod must still satisfy with this proposal applied
 
 
 class Source(Protocol):
@@ -84,6 +98,7 @@ class Merged:
     raw: Mapping[str, Any]  # the Pod with every winning proposal written in (a copy when anything changed)
     provenance: Mapping[FieldPath, str]  # only fields a source other than the spec decided
     notes: tuple[tuple[str, str], ...] = ()  # (source, note) of each source that proposed something
+    bounds: tuple[Bound, ...] = ()  # the distinct bounds of the proposals applied
 
 
 def field_label(path: FieldPath) -> str:
@@ -116,7 +131,8 @@ def merge(raw: Mapping[str, Any], sources: Iterable[Source]) -> Merged:
         if prop.pod is not None:
             _write(spec, prop.pod, ("pod",), prop.source, provenance)
     notes = tuple((p.source, p.note) for p in proposals if p.note)
-    return Merged(out, provenance, notes)
+    bounds = tuple(dict.fromkeys(p.bound for p in proposals if p.bound is not None))
+    return Merged(out, provenance, notes, bounds)
 
 
 def _write(

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
-from agent.sources.base import ContainerResources, Proposal, SourceInputError, check_namespace
+from agent.sources.base import Bound, ContainerResources, Proposal, SourceInputError, check_namespace
 
 POD_RESOURCES_ANNOTATION: Final = "kube-cgroup-agent.io/pod-resources"
 NAME: Final = "pod-resources-annotation"
@@ -22,8 +22,9 @@ class PodLevelAnnotationSource:
     name: Final = NAME
     precedence: Final = PRECEDENCE
 
-    def __init__(self, namespaces: frozenset[str] | None = None) -> None:
+    def __init__(self, namespaces: frozenset[str] | None = None, bound: Bound | None = None) -> None:
         self.namespaces = namespaces
+        self.bound = bound  # the namespace's LimitRanges, when given
 
     def propose(self, raw: Mapping[str, Any]) -> Proposal | None:
         spec = raw.get("spec")
@@ -46,4 +47,6 @@ class PodLevelAnnotationSource:
         for kind, lst in value.items():
             if not isinstance(lst, Mapping):
                 raise SourceInputError(f"annotation {POD_RESOURCES_ANNOTATION}: {kind} must be a map")
-        return Proposal(NAME, pod=cast(ContainerResources, dict(value)), note=f"annotation {POD_RESOURCES_ANNOTATION}")
+        return Proposal(
+            NAME, pod=cast(ContainerResources, dict(value)), note=f"annotation {POD_RESOURCES_ANNOTATION}", bound=self.bound
+        )

@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
-from agent.sources.base import ContainerResources, Proposal, Section, SourceInputError, check_namespace
+from agent.sources.base import Bound, ContainerResources, Proposal, Section, SourceInputError, check_namespace
 
 RESIZE_ANNOTATION: Final = "kube-cgroup-agent.io/resize"
 NAME: Final = "resize-annotation"
@@ -77,13 +77,14 @@ def parse_resize_annotation(text: str) -> dict[str, dict[str, dict[str, dict[str
 
 class ResizeAnnotationSource:
     """The `kube-cgroup-agent.io/resize` annotation as a source of desired state (in `namespaces` only,
-    when given)."""
+    when given; the pod it makes must satisfy `bound`, the namespace's LimitRanges, when given)."""
 
     name: Final = NAME
     precedence: Final = PRECEDENCE
 
-    def __init__(self, namespaces: frozenset[str] | None = None) -> None:
+    def __init__(self, namespaces: frozenset[str] | None = None, bound: Bound | None = None) -> None:
         self.namespaces = namespaces
+        self.bound = bound
 
     def propose(self, raw: Mapping[str, Any]) -> Proposal | None:
         text = resize_annotation(raw)
@@ -95,4 +96,4 @@ class ResizeAnnotationSource:
         for section, named in wanted.items():
             for name, res in named.items():
                 containers[(cast(Section, section), name)] = cast(ContainerResources, res)
-        return Proposal(NAME, containers, note=f"annotation {RESIZE_ANNOTATION}")
+        return Proposal(NAME, containers, note=f"annotation {RESIZE_ANNOTATION}", bound=self.bound)

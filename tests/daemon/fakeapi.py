@@ -12,12 +12,13 @@ It serves what the daemon uses, the way the API server does:
 
 Test controls: `apply`/`delete` pods (each a new resourceVersion and a watch event), `compact()` (older
 resourceVersions answer 410), `drop_watches()` (close every open stream mid-chunk: once it returns, those
-streams send nothing more), `open_watches()` (streams a drop would close now), `dropped` (the last
-resourceVersion each dropped stream delivered), `restart()` (stop the server and start a new one on the same
+streams send nothing more), `open_watches()` (streams a drop would close now; of one resource when named),
+`dropped` (the last pod-watch resourceVersion each dropped stream delivered), `restart()` (stop the server and start a new one on the same
 port, state kept, history compacted as after an etcd restore).
 The cluster state lives in `FakeCluster`, the sockets in `FakeAPIServer`.
 
-Any other kind (custom resources such as VerticalPodAutoscalers, Leases, StatefulSets, ControllerRevisions)
+Any other kind (custom resources such as VerticalPodAutoscalers, Leases, StatefulSets, ControllerRevisions;
+core kinds too, group "": LimitRanges are registered from the start, as every API server serves them)
 is served by a generic object store once registered with `serve(group, version, resource, kind)`: list
 (all namespaces or one; `labelSelector` with `k=v` terms), watch (same semantics as the pods' watch: from a
 resourceVersion, 410 when compacted, bookmarks), get, create (POST; 409 AlreadyExists; `generateName`), update
@@ -51,6 +52,11 @@ class Recorded:
     body: Any
 
 
+BUILTIN = (("", "v1", "limitranges", "LimitRange"),)
+"""Core kinds served by the generic store from the start (a real API server always has them): a test
+`put`s and `remove`s their objects like any registered kind's."""
+
+
 @dataclass
 class FakeCluster:
     node: dict[str, Any]
@@ -62,6 +68,7 @@ class FakeCluster:
     events: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> event
     generation: int = 0  # bumped by drop_watches: open streams end abruptly
     streams: int = 0  # open watch streams that the next drop_watches ends
+    streams_of: dict[str, int] = field(default_factory=dict)  # the same, by resource ("pods", "limitranges")
     dropped: list[str] = field(default_factory=list)  # per dropped stream, the last resourceVersion it sent
     bookmark_interval_s: float = 0.2
     lock: threading.Condition = field(default_factory=threading.Condition)
@@ -71,6 +78,10 @@ class FakeCluster:
     ghistory: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)  # (rv, key, type, obj)
     faults: list[list[Any]] = field(default_factory=list)  # [method, fragment, code, times left]
     delays: list[list[Any]] = field(default_factory=list)  # [method, fragment, seconds, times left]
+
+    def __post_init__(self) -> None:
+        for group, version, resource, kind in BUILTIN:  # what every API server serves, without a CRD
+            self.serve(group, version, resource, kind)
 
     # ---- test side ----
 
@@ -107,9 +118,15 @@ class FakeCluster:
             self.lock.notify_all()
             return self.streams
 
-    def open_watches(self) -> int:
+    def open_watches(self, resource: str | None = None) -> int:
+        """Open watch streams (of one resource, e.g. "pods", when named)."""
         with self.lock:
-            return self.streams
+            return self.streams if resource is None else self.streams_of.get(resource, 0)
+
+    def _stream(self, resource: str, delta: int) -> None:
+        """Count a watch stream opened (+1) or ended (-1); under the lock."""
+        self.streams += delta
+        self.streams_of[resource] = self.streams_of.get(resource, 0) + delta
 
     def recorded(self, method: str, fragment: str = "") -> list[Recorded]:
         with self.lock:
@@ -566,7 +583,7 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                     self._chunk({"type": "ERROR", "object": _status(410, "Expired", f"too old resource version: {since} ({cluster.compacted})")})
                     self.wfile.write(b"0\r\n\r\n")
                     return
-                cluster.streams += 1
+                cluster._stream(key.rsplit("/", 1)[-1], 1)
             sent = since
             last_bookmark = time.monotonic()
             try:
@@ -594,7 +611,7 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                 return
             finally:
                 with cluster.lock:
-                    cluster.streams -= 1
+                    cluster._stream(key.rsplit("/", 1)[-1], -1)
 
         def do_PUT(self) -> None:
             body = self._body()
@@ -656,7 +673,7 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                     self._chunk({"type": "ERROR", "object": _status(410, "Expired", f"too old resource version: {since} ({cluster.compacted})")})
                     self.wfile.write(b"0\r\n\r\n")
                     return
-                cluster.streams += 1  # from here on, drop_watches ends this stream
+                cluster._stream("pods", 1)  # from here on, drop_watches ends this stream
             sent = since
             delivered = q.get("resourceVersion") or ""  # the client's resourceVersion: the last one it was sent
             last_bookmark = time.monotonic()
@@ -689,7 +706,7 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                 return
             finally:
                 with cluster.lock:
-                    cluster.streams -= 1
+                    cluster._stream("pods", -1)
 
         def do_PATCH(self) -> None:
             body = self._body()

@@ -77,6 +77,8 @@ def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
         ("apps", "replicasets", "watch"),
         ("", "events", "create"),
         ("", "events", "patch"),
+        ("", "limitranges", "list"),  # the bound of the annotations (agent/daemon/limitranges.py)
+        ("", "limitranges", "watch"),
         # the local recommender (agent/recommender/publish.py)
         ("autoscaling.k8s.io", "verticalpodautoscalers", "list"),
         ("autoscaling.k8s.io", "verticalpodautoscalers", "watch"),
