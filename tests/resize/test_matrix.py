@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from agent.compute import compute_pod
-from agent.compute.container import compute_container
 from agent.resize.engine import ResizeEngine
 from agent.resize.types import ResizeState
-from tests.resize.harness import MI, ResizeNode, assert_kubelet_order, ctr, manifest
+from tests.resize.harness import MI, ResizeNode, assert_kubelet_order, ctr, kubelet_mismatches, manifest
 from tests.resize.matrix import MATRIX
 
 
@@ -53,22 +52,7 @@ def kubelet_values(node: ResizeNode, pod: str) -> tuple[object, ...]:
 
 def assert_kubelet_values(node: ResizeNode, pod: str) -> None:
     """Every pod and container file as the kubelet would have it for the current spec."""
-    view = node.view(pod)
-    comp = compute_pod(view, node.settings.compute_config(()))
-    v = comp.values
-    assert node.read(node.pod_path(pod, "cpu.shares")) == str(v.cpu_shares)
-    assert node.read(node.pod_path(pod, "cpu.cfs_quota_us")) == str(
-        v.cpu_quota if v.cpu_quota is not None else -1
-    )
-    mem = node.read(node.pod_path(pod, "memory.limit_in_bytes"))
-    if v.memory_limit is not None and v.memory_limit > 0:
-        assert int(mem) == v.memory_limit // 4096 * 4096
-    for c in view.containers:
-        cv = compute_container(view, c, node.settings.compute_config(())).values
-        assert node.read(node.container_path(pod, c.name, "cpu.shares")) == str(cv.cpu_shares)
-        assert node.read(node.container_path(pod, c.name, "cpu.cfs_quota_us")) == str(cv.cpu_quota)
-        got = int(node.read(node.container_path(pod, c.name, "memory.limit_in_bytes")))
-        assert got == (cv.memory_limit // 4096 * 4096 if cv.memory_limit > 0 else 9223372036854771712)
+    assert kubelet_mismatches(node, pod) == []
 
 
 @pytest.mark.parametrize(("case_id", "initial", "resizes"), MATRIX, ids=[c[0] for c in MATRIX])
