@@ -86,9 +86,11 @@ class Daemon:
         self.log_path = log
         self.proc: subprocess.Popen[bytes] | None = None
         self._offset = 0
+        self._endpoint: str | None = None
 
     def start(self) -> Daemon:
         self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._endpoint = None
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "agent", "run", "--config", str(self.config)],
@@ -117,8 +119,12 @@ class Daemon:
         ]
 
     def endpoint(self) -> str:
-        started = wait_for(lambda: self.logged("started"), "the daemon to start")
-        return str(started[0]["endpoints"][0])
+        """The health/metrics address from the "started" line, read once per run (the log of a long run
+        is large: it is not parsed again for every request)."""
+        if self._endpoint is None:
+            started = wait_for(lambda: self.logged("started"), "the daemon to start")
+            self._endpoint = str(started[0]["endpoints"][0])
+        return self._endpoint
 
     def get(self, path: str) -> tuple[int, str]:
         try:
