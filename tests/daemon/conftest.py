@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,14 @@ class Daemon:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
 
+    def stop(self) -> None:
+        """SIGTERM if still running; SIGKILL when it has not exited by the end of terminate's wait."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.terminate()
+            except subprocess.TimeoutExpired:
+                self.kill()
+
 
 class Env:
     """Everything one daemon test needs, with a config writer."""
@@ -195,22 +204,38 @@ class Env:
         return str(self.node.pods[name].raw["metadata"]["uid"])
 
 
+@contextmanager
+def serving(
+    tmp: Path, node: ResizeNode, cri: FakeCRI, node_obj: dict[str, Any] | None = None, *, graceful: bool = False
+) -> Iterator[Env]:
+    """The fake API server for `node` (the Node object `node_obj`, node_object() by default) and an Env;
+    afterwards every daemon still running is stopped by its PID (SIGTERM first when `graceful`), the
+    server too, and the node's CRI client closed."""
+    cluster = FakeCluster(node=node_obj or node_object())
+    api = FakeAPIServer(cluster)
+    api.start()
+    e = Env(tmp, node, cluster, api, cri)
+    try:
+        yield e
+    finally:
+        for d in e.daemons:
+            if graceful:
+                d.stop()
+            else:
+                d.kill()
+        api.stop()
+        node.close()
+
+
 @pytest.fixture
 def env(
     tmp_path: Path, fake_cgroup_tree: Callable[..., FakeCgroupTree], fake_cri: FakeCRI
 ) -> Iterator[Env]:
     node = ResizeNode(fake_cgroup_tree("v1"), fake_cri, tmp_path / "harness-state")
-    cluster = FakeCluster(node=node_object())
-    api = FakeAPIServer(cluster)
-    api.start()
-    e = Env(tmp_path, node, cluster, api, fake_cri)
     try:
-        yield e
+        with serving(tmp_path, node, fake_cri) as e:
+            yield e
     finally:
-        for d in e.daemons:
-            d.kill()
-        api.stop()
-        node.close()
         log = tmp_path / "daemon.log"
         if log.exists():  # shown by pytest on failure
             sys.stdout.write(log.read_text()[-6000:])
