@@ -11,7 +11,7 @@ ratio above the pod's (EINVAL) and a memory limit below usage (EBUSY).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -369,9 +369,8 @@ class ResizeNode:
         self.client.close()
 
 
-def kubelet_mismatches(node: ResizeNode, pod: str) -> list[str]:
-    """Every pod and container file that differs from what the kubelet would write for the current spec
-    (file: found != wanted); empty once the spec is applied."""
+def kubelet_files(node: ResizeNode, pod: str) -> dict[str, str]:
+    """Every pod and container file as the kubelet would have it for the pod's current spec (path: text)."""
     view = node.view(pod)
     cfg = node.settings.compute_config(())
     v = compute_pod(view, cfg).values
@@ -387,8 +386,19 @@ def kubelet_mismatches(node: ResizeNode, pod: str) -> list[str]:
         wanted[node.container_path(pod, c.name, "cpu.cfs_quota_us")] = str(cv.cpu_quota)
         memory = cv.memory_limit // 4096 * 4096 if cv.memory_limit > 0 else V1_UNLIMITED_READBACK
         wanted[node.container_path(pod, c.name, "memory.limit_in_bytes")] = str(memory)
+    return wanted
+
+
+def file_mismatches(node: ResizeNode, wanted: Mapping[str, str]) -> list[str]:
+    """The files that do not hold their wanted text, as `path: found != wanted`."""
     found = {path: node.read(path) for path in wanted}
     return [f"{path}: {found[path]} != {want}" for path, want in wanted.items() if found[path] != want]
+
+
+def kubelet_mismatches(node: ResizeNode, pod: str) -> list[str]:
+    """The pod's files that differ from what the kubelet would write for its current spec; empty once
+    the spec is applied."""
+    return file_mismatches(node, kubelet_files(node, pod))
 
 
 def container_id(value: str) -> ContainerID:
