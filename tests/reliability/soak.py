@@ -21,6 +21,7 @@ The tests/reliability runner calls `run_soak` in a full form and a short CI form
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import threading
 import time
@@ -40,7 +41,7 @@ from tests.daemon.conftest import Daemon, Env, api_pod, node_object, serving, wa
 from tests.daemon.fakeapi import FakeCluster
 from tests.fakes.cgroup_tree import FakeCgroupTree
 from tests.fakes.fake_cri import RUNC_WRAP, FakeCRI, running_fake_cri
-from tests.resize.harness import ResizeNode, ctr, kubelet_mismatches, manifest
+from tests.resize.harness import ResizeNode, ctr, kubelet_files, kubelet_mismatches, manifest
 
 MIB = 1 << 20
 # big enough that no resize is ever Deferred for want of room (the soak is about leaks, not admission)
@@ -72,18 +73,22 @@ class Percentiles:
 
 @dataclass(frozen=True)
 class Windows:
-    """The same latency over the first and the last tenth of the event phase."""
+    """The same latency over the first and the last tenth of the event phase, and the median and p99 of
+    every tenth (to tell a drift from a noisy window)."""
 
     first: Percentiles
     last: Percentiles
+    p50_by_tenth_ms: tuple[float | None, ...]
+    p99_by_tenth_ms: tuple[float | None, ...]
 
     @classmethod
     def of(cls, timed: Sequence[tuple[float, float]], duration_s: float) -> Windows:
-        """`timed`: (seconds into the event phase, latency in ms)."""
+        """`timed`: (seconds into the event phase, latency in ms); a time past the end counts in the last."""
         window = duration_s / 10
-        first = [ms for t, ms in timed if 0 <= t < window]
-        last = [ms for t, ms in timed if t >= duration_s - window]
-        return cls(Percentiles.of(first), Percentiles.of(last))
+        tenths = [
+            Percentiles.of([ms for t, ms in timed if t >= 0 and min(int(t / window), 9) == i]) for i in range(10)
+        ]
+        return cls(tenths[0], tenths[-1], tuple(p.p50_ms for p in tenths), tuple(p.p99_ms for p in tenths))
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,7 @@ class SoakResult:
     children_first: int
     children_last: int
     cpu_percent: float  # the daemon's CPU over the event phase, % of one core
+    harness_cpu_percent: float  # this process's (API server, CRI server, kubelet's part, probes), same span
     # latency
     apply_latency: Windows  # cluster.apply -> the node's files show the spec (probed resizes)
     reconcile_pod: Windows  # the daemon's own "reconcile" duration_ms, pod passes
@@ -212,9 +218,11 @@ def _cpu_request(resources: Mapping[str, Any]) -> int | None:
 class Prober:
     """Times resizes from their apply to the node's files showing the new spec (polled every 2 ms)."""
 
-    def __init__(self, node: ResizeNode) -> None:
+    def __init__(self, node: ResizeNode, on_applied: Callable[[str, float], None] | None = None) -> None:
         self.node = node
-        self.pending: dict[str, tuple[float, float]] = {}  # pod -> (seconds into the phase, monotonic start)
+        self.on_applied = on_applied  # (pod, ms), on the prober's thread
+        # pod -> (seconds into the phase, monotonic start, the files it waits for: path -> text)
+        self.pending: dict[str, tuple[float, float, dict[str, str]]] = {}
         self.timed: list[tuple[float, float]] = []  # (seconds into the phase, ms)
         self.count = 0
         self._cond = threading.Condition()
@@ -228,18 +236,23 @@ class Prober:
 
     @contextmanager
     def timing(self, pod: str, t_s: float) -> Iterator[None]:
-        """Start the clock right before the block (the apply), then poll for the change on the thread."""
+        """Start the clock right before the block (the apply), then poll for the change on the thread.
+        The wanted files are computed once, here, and a poll stops at the first file not there yet: a
+        poll that computes, or reads everything, starves this process (the fake API and CRI servers with
+        it) once a few dozen probes are pending, and the daemon's latency grows with it."""
+        wanted = kubelet_files(self.node, pod)
         started = time.monotonic()
         yield
         with self._cond:
-            self.pending[pod] = (t_s, started)
+            self.pending[pod] = (t_s, started, wanted)
             self.count += 1
             self._cond.notify()
 
-    def _applied(self, pod: str) -> bool:
+    def _applied(self, wanted: dict[str, str]) -> bool:
+        """Read up to the first file not there yet (usually one read per pending probe and poll)."""
         try:
-            return not kubelet_mismatches(self.node, pod)
-        except (OSError, ValueError):  # a file read mid-write
+            return all(self.node.read(path) == text for path, text in wanted.items())
+        except OSError:
             return False
 
     def _run(self) -> None:
@@ -250,12 +263,14 @@ class Prober:
                 if self._stop:
                     return
                 items = list(self.pending.items())
-            for pod, (t_s, started) in items:
-                if self._applied(pod):
+            for pod, (t_s, started, wanted) in items:
+                if self._applied(wanted):
                     elapsed_ms = (time.monotonic() - started) * 1000
                     with self._cond:
                         del self.pending[pod]
                         self.timed.append((t_s, elapsed_ms))
+                    if self.on_applied is not None:
+                        self.on_applied(pod, elapsed_ms)
             time.sleep(0.002)
 
     def __enter__(self) -> Prober:
@@ -273,6 +288,11 @@ class Prober:
         return len(self.pending)
 
 
+def _cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return float(t.user + t.system)
+
+
 class Sampler:
     """The daemon's RSS, descriptors, threads, children and CPU time, and /healthz, every `every_s`."""
 
@@ -288,14 +308,13 @@ class Sampler:
 
     def sample(self) -> Sample:
         with self.proc.oneshot():
-            cpu = self.proc.cpu_times()
             s = Sample(
                 t_s=time.monotonic(),  # made relative to the event phase by `close`
                 rss_bytes=self.proc.memory_info().rss,
                 fds=self.proc.num_fds(),
                 threads=self.proc.num_threads(),
                 children=len(self.proc.children(recursive=True)),
-                cpu_s=cpu.user + cpu.system,
+                cpu_s=_cpu_s(self.proc),
                 healthy=self._healthy(),
             )
         self.samples.append(s)
@@ -408,6 +427,13 @@ class Run:
     sent: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
     serial: int = 0
+    journal: list[dict[str, Any]] = field(default_factory=list)  # what was sent and injected, when
+
+    def note(self, what: str, name: str, **more: Any) -> None:
+        self.journal.append({"t": round(time.time(), 4), "what": what, "name": name, **more})
+
+    def applied(self, pod: str, ms: float) -> None:
+        self.note("applied", pod, ms=round(ms, 2))
 
     def create(self) -> str:
         name = f"soak-{self.serial}"
@@ -460,24 +486,30 @@ class Run:
         return None
 
     def event(self, t_s: float, probe: bool) -> str:
-        """One event of the mix (15 % churn, 10 % status, 75 % resize); returns its kind. A resize with
-        every resizable pod under a probe becomes a status update: the rate holds."""
+        """One event of the mix (15 % churn, 10 % status, 75 % resize), journaled; returns its kind. A
+        resize with every resizable pod under a probe becomes a status update: the rate holds."""
+        kind, name = self._event(t_s, probe)
+        self.note(kind, name, **({"probe": True} if kind == "resize" and probe else {}))
+        return kind
+
+    def _event(self, t_s: float, probe: bool) -> tuple[str, str]:
         roll = self.rng.random()
         if roll < 0.15 and len(self.live) < self.target:
-            self.create()
-            return "create"
+            return "create", self.create()
         if roll < 0.15 and (name := self.pick()) is not None:
             self.delete(name)
-            return "delete"
+            return "delete", name
         if roll >= 0.25 and (name := self.pick(resizable=True)) is not None:
             self.resize(name, t_s, probe)
-            return "resize"
-        self.status_update(self.rng.choice(self.live))
-        return "status"
+            return "resize", name
+        name = self.rng.choice(self.live)
+        self.status_update(name)
+        return "status", name
 
     def inject(self, kind: str) -> None:
         FAULTS[kind](self.env.cluster, self.env.cri)
         self.faults[kind] += 1
+        self.note("fault", kind)
 
 
 def _split(resources: Mapping[str, Any]) -> dict[str, Any]:
@@ -620,11 +652,12 @@ def run_soak(
             run.create()
         started = time.monotonic()
         daemon = env.daemon()
-        with Sampler(daemon, every) as sampler, Prober(env.node) as prober:
+        with Sampler(daemon, every) as sampler, Prober(env.node, run.applied) as prober:
             startup_s = _start(run, daemon, started)
             run.prober = prober
-            phase, wall0 = time.monotonic(), time.time()
+            phase, wall0, harness0 = time.monotonic(), time.time(), _cpu_s(psutil.Process())
             lag = _drive(run, events, duration_s, fault_every_s if faults else None, probe_every)
+            harness_cpu = (_cpu_s(psutil.Process()) - harness0) / (time.monotonic() - phase)
             unconsumed = _unconsumed(env)
             converge_s, lost = _converge(run, converge_timeout_s)
             unresolved = prober.close()
@@ -633,6 +666,7 @@ def run_soak(
         healthz = daemon.get("/healthz")[0]
         exit_code = daemon.terminate()
         pod_w, tiers_w, crashes, raw = _log_figures(daemon, wall0, duration_s)
+    (workdir / "journal.jsonl").write_text("".join(json.dumps(x) + "\n" for x in run.journal))
     return SoakResult(
         pods=pods, events=events, duration_s=duration_s, seed=seed, faults=faults,
         events_sent=sum(run.sent.values()),
@@ -655,6 +689,7 @@ def run_soak(
         healthz_end=healthz,
         exit_code=exit_code,
         **_resources_figures(samples, duration_s),
+        harness_cpu_percent=round(100 * harness_cpu, 2),
         apply_latency=Windows.of(prober.timed, duration_s),
         reconcile_pod=pod_w,
         reconcile_tiers=tiers_w,
