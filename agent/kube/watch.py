@@ -7,7 +7,9 @@ raises, and it deserializes every pod into models the agent does not use. Here:
   2. watch from that resourceVersion with allowWatchBookmarks, moving the resourceVersion with every
      event and bookmark;
   3. a normal end of the stream (the server's timeout) or a dropped connection resumes the watch from the
-     last resourceVersion, after a backoff for errors; a 410 Gone relists;
+     last resourceVersion, after a backoff for errors; a 410 Gone relists. The backoff grows only with
+     failures in a row: a list that answered, or a stream that delivered before it broke, starts it over
+     (else a few drops spread over minutes add up to a 30 s wait, the node's events unseen meanwhile);
   4. unknown event types are logged and skipped.
 Pods travel as the API's JSON dicts (agent.pods.parse reads them), never as client models. The parsing of
 one stream line is a pure function (`parse_line`), separate from the socket loop (lightkube's WatchDriver).
@@ -139,6 +141,7 @@ class Watcher:
         self.selector = selector
         self._resp: Any = None
         self._lock = threading.Lock()
+        self._delivered = False  # the current (or last) stream sent an event or a bookmark
 
     def _selected(self) -> dict[str, Any]:
         return {"field_selector": self.selector} if self.selector else {}
@@ -170,6 +173,7 @@ class Watcher:
         """Stream changes after `rv` until the server ends the stream; return the last resourceVersion.
         Raises APIGone (relist) or another APIError (back off, resume)."""
         what = f"watch {self.noun}"
+        self._delivered = False
         try:
             resp = self.call(
                 **self._selected(),
@@ -196,6 +200,7 @@ class Watcher:
                 if isinstance(item, Unknown):
                     log.warning("watch.unknown_event", line=item.text)
                     continue
+                self._delivered = True
                 if item.resource_version:
                     rv = item.resource_version
                 if isinstance(item, Change):
@@ -223,6 +228,7 @@ class Watcher:
             try:
                 if rv is None:
                     pods, rv = self.list()
+                    self.backoff.forget("watch")  # a list that answered ends a run of failures
                     sink.snapshot(pods)
                     log.info("watch.listed", what=self.noun, objects=len(pods), resource_version=rv)
                 rv = self.watch(rv, sink, stop)
@@ -237,6 +243,8 @@ class Watcher:
             except APIError as err:
                 self.metrics.watch_restarts.labels("error").inc()
                 self.metrics.errors.labels(type(err).__name__).inc()
+                if self._delivered:  # the stream worked until it broke: not one more failure in a row
+                    self.backoff.forget("watch")
                 delay = self.backoff.next("watch")
                 log.warning("watch.error", what=self.noun, error=str(err), retry_in_s=delay, resource_version=rv)
                 stop.wait(delay)

@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +94,11 @@ class Daemon:
         self.log_path = log
         self.proc: subprocess.Popen[bytes] | None = None
         self._offset = 0
+        self._endpoint: str | None = None
 
     def start(self) -> Daemon:
         self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._endpoint = None
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "agent", "run", "--config", str(self.config)],
@@ -124,8 +127,12 @@ class Daemon:
         ]
 
     def endpoint(self) -> str:
-        started = wait_for(lambda: self.logged("started"), "the daemon to start")
-        return str(started[0]["endpoints"][0])
+        """The health/metrics address from the "started" line, read once per run (the log of a long run
+        is large: it is not parsed again for every request)."""
+        if self._endpoint is None:
+            started = wait_for(lambda: self.logged("started"), "the daemon to start")
+            self._endpoint = str(started[0]["endpoints"][0])
+        return self._endpoint
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -146,6 +153,14 @@ class Daemon:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM if still running; SIGKILL when it has not exited by the end of terminate's wait."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.terminate()
+            except subprocess.TimeoutExpired:
+                self.kill()
 
 
 class Env:
@@ -196,22 +211,38 @@ class Env:
         return str(self.node.pods[name].raw["metadata"]["uid"])
 
 
+@contextmanager
+def serving(
+    tmp: Path, node: ResizeNode, cri: FakeCRI, node_obj: dict[str, Any] | None = None, *, graceful: bool = False
+) -> Iterator[Env]:
+    """The fake API server for `node` (the Node object `node_obj`, node_object() by default) and an Env;
+    afterwards every daemon still running is stopped by its PID (SIGTERM first when `graceful`), the
+    server too, and the node's CRI client closed."""
+    cluster = FakeCluster(node=node_obj or node_object())
+    api = FakeAPIServer(cluster)
+    api.start()
+    e = Env(tmp, node, cluster, api, cri)
+    try:
+        yield e
+    finally:
+        for d in e.daemons:
+            if graceful:
+                d.stop()
+            else:
+                d.kill()
+        api.stop()
+        node.close()
+
+
 @pytest.fixture
 def env(
     tmp_path: Path, fake_cgroup_tree: Callable[..., FakeCgroupTree], fake_cri: FakeCRI
 ) -> Iterator[Env]:
     node = ResizeNode(fake_cgroup_tree("v1"), fake_cri, tmp_path / "harness-state")
-    cluster = FakeCluster(node=node_object())
-    api = FakeAPIServer(cluster)
-    api.start()
-    e = Env(tmp_path, node, cluster, api, fake_cri)
     try:
-        yield e
+        with serving(tmp_path, node, fake_cri) as e:
+            yield e
     finally:
-        for d in e.daemons:
-            d.kill()
-        api.stop()
-        node.close()
         log = tmp_path / "daemon.log"
         if log.exists():  # shown by pytest on failure
             sys.stdout.write(log.read_text()[-6000:])

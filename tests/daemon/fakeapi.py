@@ -752,16 +752,18 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
 
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up mid-stream (a dropped watch, a daemon stopped) is normal here."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
+        """A client that reset its connection (a daemon stopped, a stream dropped) is not an error of the
+        server: no traceback on stderr for it, as the API server logs none."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class FakeAPIServer:
     def __init__(self, cluster: FakeCluster, port: int = 0) -> None:
         self.cluster = cluster
         self.port = port
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
 
@@ -771,7 +773,7 @@ class FakeAPIServer:
 
     def start(self) -> None:
         self._stopping = threading.Event()
-        ThreadingHTTPServer.allow_reuse_address = True
+        _Server.allow_reuse_address = True
         server = _Server(("127.0.0.1", self.port), _handler(self.cluster, self._stopping))
         server.daemon_threads = True
         self.port = server.server_address[1]

@@ -199,6 +199,13 @@ class FakeRuntimeService(pb_grpc.RuntimeServiceServicer):
             self.containers[container.id] = container
         return container
 
+    def remove_sandbox(self, sandbox_id: str) -> None:
+        """The sandbox and its containers are gone (the kubelet's RemovePodSandbox after a pod's deletion)."""
+        with self.lock:
+            del self.sandboxes[sandbox_id]
+            for cid in [c.id for c in self.containers.values() if c.sandbox_id == sandbox_id]:
+                del self.containers[cid]
+
     def inject_error(
         self,
         method: str,

@@ -11,12 +11,13 @@ ratio above the pod's (EINVAL) and a memory limit below usage (EBUSY).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.compute import compute_pod
+from agent.compute.container import compute_container
 from agent.cri.client import CRIClient
 from agent.cri.v1 import api_pb2 as pb
 from agent.execute import CgroupStepRunner, file_runner
@@ -33,7 +34,7 @@ from cgroupfs.files import CgroupFiles
 from cgroupfs.naming import cgroup_dir, container_dir
 from cgroupfs.types import DriverKind
 from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import FakeContainer, FakeCRI, Refuse
+from tests.fakes.fake_cri import FakeContainer, FakeCRI, FakeSandbox, Refuse
 from tests.fakes.kernel_tree import KernelTree
 
 UNLIMITED_TEXT = str(V1_UNLIMITED_READBACK)
@@ -135,6 +136,10 @@ class ResizeNode:
         self.client = CRIClient(cri.endpoint)
         self.restart_on_stop = True  # play the kubelet: start a stopped container again, new ID
         self.on_event: Callable[[Event], None] | None = None
+        # after each write: the whole node checked, or (False) only the pod written, which keeps a
+        # runtime update O(1) on a node of a thousand pods (a soak); `check()` still sees everything
+        self.check_every_pod = True
+        self._sandbox: dict[str, FakeSandbox] = {}
         cri.service.on_update = self._on_update
 
     # ---- pods ----
@@ -149,7 +154,6 @@ class ResizeNode:
         )
         info = PodInfo(raw, pod_dir)
         self.pods[view.name] = info
-        self._sandbox = getattr(self, "_sandbox", {})
         self._sandbox[view.name] = sandbox
         for cc in comp.containers:  # the kubelet creates each container with its values
             self._start_container(view.name, cc.container.name, 0, cc.values)
@@ -168,6 +172,14 @@ class ResizeNode:
             self._write_container(
                 cid, values.cpu_shares, values.cpu_quota, values.cpu_period, values.memory_limit
             )
+
+    def remove_pod(self, name: str) -> None:
+        """The kubelet's teardown of a deleted pod: its sandbox and containers leave the runtime (calls for
+        them answer NOT_FOUND from then on), then the pod and container cgroups are removed."""
+        self.cri.service.remove_sandbox(self._sandbox.pop(name).id)
+        info = self.pods.pop(name)
+        for controller in ("cpu", "memory"):
+            self.tree.remove(f"{controller}/{info.pod_dir}")
 
     def resize(self, pod: str, containers: dict[str, dict[str, Any]]) -> PodView:
         """Change the pod spec's resources (the /resize subresource): name -> {"requests":.., "limits":..}."""
@@ -246,16 +258,16 @@ class ResizeNode:
 
         return run
 
-    def _record(self, event: Event) -> None:
+    def _record(self, event: Event, pod: str | None = None) -> None:
         self.events.append(event)
-        self.violations.extend(self.check())
+        self.violations.extend(self.check(None if self.check_every_pod or pod is None else [pod]))
         if self.on_event is not None:
             self.on_event(event)
 
     # ---- the runtime (runc's side of UpdateContainerResources and StopContainer) ----
 
     def _find(self, cid: str) -> tuple[str, str]:
-        for pod, info in self.pods.items():
+        for pod, info in list(self.pods.items()):  # a copy: pods come and go on another thread in a soak
             for name, c in info.containers.items():
                 if c == cid:
                     return pod, name
@@ -312,7 +324,7 @@ class ResizeNode:
         self._write_container(
             container.id, merged.cpu_shares, merged.cpu_quota, merged.cpu_period, merged.memory_limit_in_bytes
         )
-        self._record(Event("update", f"{pod}/{name}", self.container_state(pod, name), old))
+        self._record(Event("update", f"{pod}/{name}", self.container_state(pod, name), old), pod)
 
     def _stopped(self, container_id: str) -> None:
         """After a successful StopContainer: runc removes the exited container's cgroup, and (unless
@@ -321,42 +333,24 @@ class ResizeNode:
         info = self.pods[pod]
         self.tree.remove(f"cpu/{info.pod_dir}/{container_id}")
         self.tree.remove(f"memory/{info.pod_dir}/{container_id}")
-        self._record(Event("stop", f"{pod}/{name}"))
+        self._record(Event("stop", f"{pod}/{name}"), pod)
         if self.restart_on_stop:
-            from agent.compute.container import compute_container
-
             view = self.view(pod)
             c = next(c for c in view.containers if c.name == name)
             values = compute_container(view, c, self.settings.compute_config(())).values
             self._start_container(pod, name, info.attempts[name] + 1, values)
 
     def mismatches(self, pod: str) -> list[str]:
-        """The pod and container files that differ from what the kubelet would write for the current
-        spec (empty: converged, no resize lost)."""
-        from agent.compute.container import compute_container
-
-        view = self.view(pod)
-        cfg = self.settings.compute_config(())
-        v = compute_pod(view, cfg).values
-        want = {
-            self.pod_path(pod, "cpu.shares"): str(v.cpu_shares),
-            self.pod_path(pod, "cpu.cfs_quota_us"): str(v.cpu_quota if v.cpu_quota is not None else -1),
-        }
-        if v.memory_limit is not None and v.memory_limit > 0:
-            want[self.pod_path(pod, "memory.limit_in_bytes")] = str(v.memory_limit // 4096 * 4096)
-        for c in view.containers:
-            cv = compute_container(view, c, cfg).values
-            mem = cv.memory_limit // 4096 * 4096 if cv.memory_limit > 0 else V1_UNLIMITED_READBACK
-            want[self.container_path(pod, c.name, "cpu.shares")] = str(cv.cpu_shares)
-            want[self.container_path(pod, c.name, "cpu.cfs_quota_us")] = str(cv.cpu_quota)
-            want[self.container_path(pod, c.name, "memory.limit_in_bytes")] = str(mem)
-        return [f"{p}: {self.read(p)} != {w}" for p, w in want.items() if self.read(p) != w]
+        """The pod's files that differ from what the kubelet would write for its current spec."""
+        return kubelet_mismatches(self, pod)
 
     # ---- the invariant, on the tree as it is now ----
 
-    def check(self) -> list[str]:
+    def check(self, pods: Iterable[str] | None = None) -> list[str]:
+        """Breaches of the invariant on every pod (or on `pods`), as the tree is now."""
         out: list[str] = []
-        for pod, info in self.pods.items():
+        chosen = list(self.pods.items()) if pods is None else [(p, self.pods[p]) for p in pods]
+        for pod, info in chosen:
             pq = self.read(f"cpu/{info.pod_dir}/cpu.cfs_quota_us")
             pp = self.read(f"cpu/{info.pod_dir}/cpu.cfs_period_us")
             pm = _mem(self.read(f"memory/{info.pod_dir}/memory.limit_in_bytes"))
@@ -388,6 +382,38 @@ class ResizeNode:
 
     def close(self) -> None:
         self.client.close()
+
+
+def kubelet_files(node: ResizeNode, pod: str) -> dict[str, str]:
+    """Every pod and container file as the kubelet would have it for the pod's current spec (path: text)."""
+    view = node.view(pod)
+    cfg = node.settings.compute_config(())
+    v = compute_pod(view, cfg).values
+    wanted = {
+        node.pod_path(pod, "cpu.shares"): str(v.cpu_shares),
+        node.pod_path(pod, "cpu.cfs_quota_us"): str(v.cpu_quota if v.cpu_quota is not None else -1),
+    }
+    if v.memory_limit is not None and v.memory_limit > 0:
+        wanted[node.pod_path(pod, "memory.limit_in_bytes")] = str(v.memory_limit // 4096 * 4096)
+    for c in view.containers:
+        cv = compute_container(view, c, cfg).values
+        wanted[node.container_path(pod, c.name, "cpu.shares")] = str(cv.cpu_shares)
+        wanted[node.container_path(pod, c.name, "cpu.cfs_quota_us")] = str(cv.cpu_quota)
+        memory = cv.memory_limit // 4096 * 4096 if cv.memory_limit > 0 else V1_UNLIMITED_READBACK
+        wanted[node.container_path(pod, c.name, "memory.limit_in_bytes")] = str(memory)
+    return wanted
+
+
+def file_mismatches(node: ResizeNode, wanted: Mapping[str, str]) -> list[str]:
+    """The files that do not hold their wanted text, as `path: found != wanted`."""
+    found = {path: node.read(path) for path in wanted}
+    return [f"{path}: {found[path]} != {want}" for path, want in wanted.items() if found[path] != want]
+
+
+def kubelet_mismatches(node: ResizeNode, pod: str) -> list[str]:
+    """The pod's files that differ from what the kubelet would write for its current spec; empty once
+    the spec is applied."""
+    return file_mismatches(node, kubelet_files(node, pod))
 
 
 def container_id(value: str) -> ContainerID:

@@ -11,7 +11,7 @@ import pytest
 from agent.compute import compute_pod
 from agent.resize.engine import ResizeEngine
 from agent.resize.types import ResizeState
-from tests.resize.harness import MI, ResizeNode, assert_kubelet_order, ctr, manifest
+from tests.resize.harness import MI, ResizeNode, assert_kubelet_order, ctr, kubelet_mismatches, manifest
 from tests.resize.matrix import MATRIX
 
 
@@ -52,7 +52,7 @@ def kubelet_values(node: ResizeNode, pod: str) -> tuple[object, ...]:
 
 def assert_kubelet_values(node: ResizeNode, pod: str) -> None:
     """Every pod and container file as the kubelet would have it for the current spec."""
-    assert node.mismatches(pod) == []
+    assert kubelet_mismatches(node, pod) == []
 
 
 @pytest.mark.parametrize(("case_id", "initial", "resizes"), MATRIX, ids=[c[0] for c in MATRIX])
