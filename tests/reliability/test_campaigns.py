@@ -92,3 +92,18 @@ def test_hostile_inputs_get_a_result_or_one_line_within_an_address_space_limit(t
     assert len(outcomes) == 3
     for o in outcomes:
         assert o.exit in (0, 1, 2) and o.tracebacks == 0, o
+
+
+def test_the_soaks_leak_and_drift_rules() -> None:
+    from tests.reliability.__main__ import soak_problems
+
+    window = {"first": {"p99_ms": 100.0}, "last": {"p99_ms": 120.0}}
+    fine = {
+        "resizes_lost": 0, "violations": 0, "crashes": 0, "raw_lines": 0, "healthz_failures": 0, "healthz_end": 200,
+        "rss_growth_pct": 3.0, "rss_first_mib": 60, "rss_last_mib": 62, "fds_first": 20, "fds_last": 24,
+        "threads_first": 9, "threads_last": 9, "children_first": 0, "children_last": 0, "apply_latency": window,
+    }
+    assert soak_problems(fine) == []
+    leaky = {**fine, "rss_growth_pct": 12.5, "fds_last": 40, "threads_last": 15, "resizes_lost": 1,
+             "apply_latency": {"first": {"p99_ms": 100.0}, "last": {"p99_ms": 900.0}}}
+    assert len(soak_problems(leaky)) == 5
