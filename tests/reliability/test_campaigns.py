@@ -102,6 +102,7 @@ def test_the_soaks_leak_and_drift_rules() -> None:
         "resizes_lost": 0, "violations": 0, "crashes": 0, "raw_lines": 0, "healthz_failures": 0, "healthz_end": 200,
         "rss_growth_pct": 3.0, "rss_first_mib": 60, "rss_last_mib": 62, "fds_first": 20, "fds_last": 24,
         "threads_first": 9, "threads_last": 9, "children_first": 0, "children_last": 0, "apply_latency": window,
+        "reconcile_pod": window, "window_s": 60.0,
     }
     assert soak_problems(fine) == []
     leaky = {**fine, "rss_growth_pct": 12.5, "fds_last": 40, "threads_last": 15, "resizes_lost": 1,
