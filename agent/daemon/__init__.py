@@ -220,6 +220,13 @@ def run(settings: Settings) -> int:
         )
         source = PodWatcher(core, node, metrics)
         reporter = APIStatusReporter(core, node, metrics)
+        if settings.annotation_namespaces is None:
+            # whoever may update a pod's metadata may then change its limits past admission (SECURITY.md)
+            log.warning(
+                "annotations.every_namespace",
+                message="annotationNamespaces is unset: the resize and pod-level annotations are honoured in "
+                "every namespace; list the namespaces allowed to use them ([] for none)",
+            )
 
     ownership = resolve(settings.ownership, kubelet_version, settings.feature_gates, settings.observe_only)
     _log_ownership(ownership)

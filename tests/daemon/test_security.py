@@ -22,6 +22,7 @@ def test_no_token_is_ever_logged_and_the_state_is_owner_only(env: Env) -> None:
     wait_for(lambda: daemon.logged("reconcile", pod="default/web"), "web's pass")
     env.cluster.drop_watches()  # a reconnect logs the watch again
     wait_for(lambda: env.cluster.open_watches() >= 1, "the watch to reopen")
+    assert daemon.logged("annotations.every_namespace"), "annotationNamespaces unset: the daemon says what that allows"
     assert daemon.terminate() == 0
     text = (env.tmp / "daemon.log").read_text()
     assert "reconcile" in text and TOKEN not in text and "Bearer" not in text and "authorization" not in text.lower()
@@ -35,3 +36,13 @@ def test_no_token_is_ever_logged_and_the_state_is_owner_only(env: Env) -> None:
 def test_endpoints_bind_localhost_unless_configured() -> None:
     s = Settings()
     assert s.metrics_bind_address.startswith("127.0.0.1:") and s.health_bind_address.startswith("127.0.0.1:")
+
+
+def test_annotations_allowed_nowhere_start_without_the_warning(env: Env) -> None:
+    env.node.add_pod(manifest("web", [ctr("app", req={"cpu": "250m"}, lim={"cpu": "500m"})]))
+    env.publish("web")
+    daemon = env.daemon(annotationNamespaces=[])  # as deploy/daemonset.yaml ships
+    daemon.ready()
+    wait_for(lambda: daemon.logged("reconcile", pod="default/web"), "web's pass")
+    assert daemon.terminate() == 0
+    assert not daemon.logged("annotations.every_namespace")
