@@ -8,7 +8,8 @@ files under /sys/fs/cgroup/*/realk8s:
 
 - a `pods/resize` of a running pod is applied by the kubelet; the agent moves the Burstable tier within
   seconds (the kubelet: up to a minute later) and never writes the kubelet's values (drift counters 0);
-- a pod-level-annotation change is applied by the agent to the pod cgroup;
+- a pod-level-annotation change is applied by the agent to the pod cgroup, and one beyond the namespace's
+  LimitRange is refused with an Event;
 - kill -9 of the agent in the middle of a resize loses nothing: the next start converges;
 - VPA in place: a Deployment's pod and a VPA that opts in; a recommendation patched into the VPA's status
   is applied in place through pods/resize by the kubelet (limits proportional, restartCount 0, same pod
@@ -177,6 +178,7 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
                 "cgroupfs": "/sys/fs/cgroup",
                 "stateDir": str(tmp / "state"),
                 "ownership": {"podLevelLimits": "agent"},
+                "annotationNamespaces": ["default"],  # the opt-in deploy/ leaves empty
                 "metricsBindAddress": f"127.0.0.1:{_free_port()}",
                 "healthBindAddress": f"127.0.0.1:{_free_port()}",
                 "logFormat": "json",
@@ -305,6 +307,35 @@ def test_a_pod_level_annotation_change_is_applied_by_the_agent(agent: Agent) -> 
     value = json.dumps({"limits": {"cpu": "1"}})  # above every container limit this module sets
     kubectl("annotate", "pod", "web", "--overwrite", f"kube-cgroup-agent.io/pod-resources={value}")
     wait_for("the agent's pod-level quota", lambda: read(quota) == "100000", 30)
+
+
+def test_a_pod_level_annotation_beyond_the_namespaces_limitrange_is_refused(agent: Agent) -> None:
+    """The LimitRange bound against the real API server, with only deploy/'s RBAC (list/watch limitranges):
+    a pod-level limit above `type: Pod` max is refused with a LimitRangeExceeded Event and nothing written;
+    one within it is applied. The LimitRange is removed after, since the API server applies it at admission."""
+    pod = _running("web")
+    quota = _pod_dir(pod) / "cpu.cfs_quota_us"
+    before = read(quota)
+    lr = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "pod-max", "namespace": "default"},
+          "spec": {"limits": [{"type": "Pod", "max": {"cpu": "1500m"}}]}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(lr))
+    try:
+        wait_for("the agent's LimitRange watch to see it",
+                 lambda: [e for e in agent.lines() if e.get("event") == "limitranges.changed" and "default" in e.get("namespaces", [])], 30)
+        kubectl("annotate", "pod", "web", "--overwrite", f"kube-cgroup-agent.io/pod-resources={json.dumps({'limits': {'cpu': '2'}})}")
+        events = wait_for(
+            "the LimitRangeExceeded Event",
+            lambda: [e for e in json.loads(kubectl("get", "events", "--field-selector", "involvedObject.name=web", "-o", "json"))["items"]
+                     if e.get("reason") == "LimitRangeExceeded"],
+            30,
+        )
+        assert "LimitRange default/pod-max" in events[0]["message"] and "1500m" in events[0]["message"], events[0]["message"]
+        time.sleep(2)
+        assert read(quota) == before, "nothing of the refused pod is written"
+        kubectl("annotate", "pod", "web", "--overwrite", f"kube-cgroup-agent.io/pod-resources={json.dumps({'limits': {'cpu': '1200m'}})}")
+        wait_for("the pod-level quota within the bound", lambda: read(quota) == "120000", 30)
+    finally:
+        kubectl("delete", "limitrange", "pod-max", "--wait=false")
 
 
 def test_kill_9_mid_resize_loses_nothing(agent: Agent) -> None:
