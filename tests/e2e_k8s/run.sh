@@ -6,10 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export RK=${RK:-/var/cache/realk8s}
 TOOLS=${REALK8S_TOOLS:-$(cd .. && pwd)/shared/tools/realk8s}
-if [ ! -x "$RK/bin/kubelet" ] || [ ! -x "$TOOLS/start.sh" ]; then
-  echo "e2e-k8s: no cluster kit: build it with $TOOLS/build.sh (binaries into $RK/bin), see README" >&2
-  exit 2
-fi
+for bin in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+  if [ ! -x "$RK/bin/$bin" ] || [ ! -x "$TOOLS/start.sh" ]; then
+    echo "e2e-k8s: no $RK/bin/$bin: build the kit with COMPONENTS='kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl' $TOOLS/build.sh GIT_DIR (README, \"A real cluster\")" >&2
+    exit 2
+  fi
+done
 trap 'bash "$TOOLS/stop.sh" >/dev/null 2>&1 || true' EXIT
 t0=$(date +%s)
 RK_FRESH=1 bash "$TOOLS/start.sh" | tail -n 3
