@@ -8,7 +8,7 @@ export RK=${RK:-/var/cache/realk8s}
 TOOLS=${REALK8S_TOOLS:-$(cd .. && pwd)/shared/tools/realk8s}
 for bin in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
   if [ ! -x "$RK/bin/$bin" ] || [ ! -x "$TOOLS/start.sh" ]; then
-    echo "e2e-k8s: no $RK/bin/$bin: build the kit with COMPONENTS='kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl' $TOOLS/build.sh GIT_DIR (README, \"A real cluster\")" >&2
+    echo "e2e-k8s: no $RK/bin/$bin: build the kit with tests/e2e_k8s/build_kit.sh GIT_DIR (README, \"A real cluster\")" >&2
     exit 2
   fi
 done
