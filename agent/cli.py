@@ -335,6 +335,10 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # gRPC's core logs a runtime's GOAWAY (its server stopping) at INFO on stderr, a line that is not the
+    # daemon's JSON; the agent reports the CRI error itself. Set before grpc is first imported; the
+    # environment still wins (GRPC_VERBOSITY=INFO to debug the transport).
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = parser().parse_args(argv)
     if args.command == "version":
         from agent.version import describe
