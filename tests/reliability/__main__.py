@@ -211,8 +211,15 @@ def header(form_name: str, result: dict[str, Any]) -> str:
     os_release = Path("/etc/os-release")
     fields = dict(line.split("=", 1) for line in os_release.read_text().splitlines() if "=" in line) if os_release.exists() else {}
     host = fields.get("PRETTY_NAME", "Linux").strip('"')
+    kernels: dict[str, list[str]] = {}
+    for campaign in result["seconds"]:
+        kernels.setdefault(result.get("kernels", {}).get(campaign, platform.release()), []).append(campaign)
+    kernel = (
+        next(iter(kernels)) if len(kernels) == 1
+        else ", ".join(f"{k} ({', '.join(names)})" for k, names in sorted(kernels.items()))
+    )  # campaigns --only runs merged in may come from another VM of the same kind
     return (
-        f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} on {host} (kernel {platform.release()}, "
+        f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} on {host} (kernel {kernel}, "
         f"{os.cpu_count()} cores, hybrid cgroup v1 host) with `make reliability` "
         f"({form_name} form; seconds per campaign: {json.dumps(result['seconds'])})."
     )
@@ -223,7 +230,8 @@ def write(result: dict[str, Any], form_name: str) -> dict[str, Any]:
     saved: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if saved.get("form") != form_name:
         saved = {}
-    result = {**saved, **result, "seconds": {**saved.get("seconds", {}), **result["seconds"]}, "form": form_name}
+    kernels = {**saved.get("kernels", {}), **{campaign: platform.release() for campaign in result["seconds"]}}
+    result = {**saved, **result, "seconds": {**saved.get("seconds", {}), **result["seconds"]}, "kernels": kernels, "form": form_name}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     text = DOC.read_text()

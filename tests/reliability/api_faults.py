@@ -5,13 +5,15 @@ afterwards both must reach their values (bare: the kernel at each pod's latest s
 tiers at the kubelet's allocation, checked by a fresh engine's dry run), and for the aimed fault the
 other pod must get its Done condition while the fault still holds.
 
-Violations here are checked at every runtime update (the fake CRI server of this process) and at the
-end: the daemon's own cgroup writes happen in its process (the engine campaign checks every write).
+Violations are checked at every runtime update (the fake CRI server of this process), after every cgroup
+write of the daemon (daemon_hook/sitecustomize.py, loaded into its process, snapshots the limit files
+after each; tests/reliability/tree_invariant.py checks them) and at the end.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +33,10 @@ from tests.reliability.engine_faults import (
     fresh_plan,
     kubelet_actuates,
 )
+from tests.reliability.tree_invariant import check_snapshots
 from tests.resize.harness import ResizeNode
+
+HOOK = Path(__file__).with_name("daemon_hook")
 
 PODS = "/api/v1/pods"
 FAULTS: tuple[str, ...] = (
@@ -66,6 +71,24 @@ def _env(workdir: Path, kubelet: str | None) -> Iterator[tuple[Env, KernelRoot]]
                 node.close()
     finally:
         root.cleanup()
+
+
+@contextlib.contextmanager
+def _watched(tops: list[str], out: Path) -> Iterator[None]:
+    """The daemon started meanwhile loads daemon_hook/sitecustomize.py: a snapshot of the limit files
+    after each of its own cgroup writes, into `out`."""
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "KCG_INVARIANT_DIRS", "KCG_INVARIANT_OUT")}
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HOOK), saved["PYTHONPATH"]) if p)
+    os.environ["KCG_INVARIANT_DIRS"] = ":".join(tops)
+    os.environ["KCG_INVARIANT_OUT"] = str(out)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _wait(predicate: Callable[[], Any], timeout: float) -> bool:
@@ -103,7 +126,10 @@ def run_scenario(workdir: Path, path: str, fault: str, seed: int, timeout: float
         for name, n in ((VICTIM, 3), (BYSTANDER, 2)):
             env.node.add_pod(burstable_pod(name, n))
             env.publish(name)
-        daemon = env.daemon(cgroupfs=str(root.cgroupfs), cgroupRoot=env.node.settings.cgroup_root, resyncPeriod="20s")
+        tops = [os.path.realpath(root.cgroupfs / d) for d in (root.dirs["cpu"], root.dirs["memory"])]
+        snapshots = workdir / "invariant.jsonl"
+        with _watched(tops, snapshots):
+            daemon = env.daemon(cgroupfs=str(root.cgroupfs), cgroupRoot=env.node.settings.cgroup_root, resyncPeriod="20s")
         daemon.ready()
         _wait(lambda: env.cluster.open_watches() >= 1, 30)
         cpu, mem = 400 + 100 * (seed % 3), 160 + 32 * (seed % 4)  # never the starting 300m/128Mi
@@ -149,12 +175,18 @@ def run_scenario(workdir: Path, path: str, fault: str, seed: int, timeout: float
             lost = [n for n in (VICTIM, BYSTANDER) if not _converged(env, n, kubelet)]
             row.lost = len(lost)
             row.notes.append(f"not converged after {timeout:.0f}s: {lost} {env.node.mismatches(lost[0])[:2]}")
-        row.violations = len(env.node.violations) + len(env.node.check())
+        healthy = daemon.get("/healthz")[0] == 200
+        daemon.terminate()
+        taken, breached, first = check_snapshots(snapshots, tops)
+        row.violations = len(env.node.violations) + len(env.node.check()) + breached
+        row.notes += first
+        if taken == 0:
+            row.notes.append("no snapshot of the daemon's writes was taken: the hook did not load")
+            row.violations += 1  # an unchecked run is not a clean one
         row.crashes = len(daemon.logged("reconcile.crashed")) + sum(1 for x in daemon.lines() if "Traceback" in str(x.get("raw", "")))
-        if daemon.get("/healthz")[0] != 200:
+        if not healthy:
             row.crashes += 1
             row.notes.append("/healthz did not answer 200 at the end")
-        daemon.terminate()
     return row
 
 
