@@ -21,9 +21,7 @@ from typing import Any
 
 from tests.daemon.conftest import CONDITION, Env, api_pod, node_object
 from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
-from tests.fakes.fake_cri import running_fake_cri
 from tests.fakes.kernel import KernelRoot
-from tests.fakes.kernel_tree import KernelTree
 from tests.reliability.engine_faults import (
     BYSTANDER,
     KUBELET,
@@ -34,7 +32,7 @@ from tests.reliability.engine_faults import (
     kubelet_actuates,
 )
 from tests.reliability.tree_invariant import check_snapshots
-from tests.resize.harness import ResizeNode
+from tests.resize.harness import node_on_kernel
 
 HOOK = Path(__file__).with_name("daemon_hook")
 
@@ -51,26 +49,19 @@ FAULTS: tuple[str, ...] = (
 
 
 @contextlib.contextmanager
-def _env(workdir: Path, kubelet: str | None) -> Iterator[tuple[Env, KernelRoot]]:
-    root = KernelRoot.create()
-    try:
-        with running_fake_cri(workdir) as cri:
-            tree = KernelTree(root)
-            node = ResizeNode(tree, cri, workdir / "harness-state", cgroup_root=tree.cgroup_root)
-            cluster = FakeCluster(node=node_object())
-            cluster.node["status"]["nodeInfo"]["kubeletVersion"] = kubelet or ""
-            api = FakeAPIServer(cluster)
-            api.start()
-            env = Env(workdir, node, cluster, api, cri)
-            try:
-                yield env, root
-            finally:
-                for d in env.daemons:
-                    d.kill()
-                api.stop()
-                node.close()
-    finally:
-        root.cleanup()
+def _env(workdir: Path, kubelet: str | None, notes: list[str]) -> Iterator[tuple[Env, KernelRoot]]:
+    with node_on_kernel(workdir, notes) as node:
+        cluster = FakeCluster(node=node_object())
+        cluster.node["status"]["nodeInfo"]["kubeletVersion"] = kubelet or ""
+        api = FakeAPIServer(cluster)
+        api.start()
+        env = Env(workdir, node, cluster, api, node.cri)
+        try:
+            yield env, node.tree.kernel
+        finally:
+            for d in env.daemons:
+                d.kill()
+            api.stop()
 
 
 @contextlib.contextmanager
@@ -122,7 +113,7 @@ def run_scenario(workdir: Path, path: str, fault: str, seed: int, timeout: float
     kubelet = KUBELET if path == "kubelet-owned" else None
     row = Row(path, f"API: {fault}")
     workdir.mkdir(parents=True, exist_ok=True)
-    with _env(workdir, kubelet) as (env, root):
+    with _env(workdir, kubelet, row.notes) as (env, root):
         for name, n in ((VICTIM, 3), (BYSTANDER, 2)):
             env.node.add_pod(burstable_pod(name, n))
             env.publish(name)

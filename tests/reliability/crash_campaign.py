@@ -17,11 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.resize.store import PodStore
-from tests.fakes.fake_cri import running_fake_cri
-from tests.fakes.kernel import KernelRoot
-from tests.fakes.kernel_tree import KernelTree
 from tests.resize.crash import run_agent
-from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.resize.harness import ctr, manifest, node_on_kernel
 
 CONTAINERS = ("c1", "c2", "c3")
 
@@ -46,38 +43,26 @@ def _spec(rng: random.Random) -> dict[str, Any]:
 
 
 def _one_round(workdir: Path, rng: random.Random, figures: CrashFigures, kills_left: int) -> None:
-    root = KernelRoot.create()
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
-        with running_fake_cri(workdir) as cri:
-            tree = KernelTree(root)
-            node = ResizeNode(tree, cri, workdir / "state", cgroup_root=tree.cgroup_root)
-            try:
-                node.add_pod(manifest("p", [ctr(n, lim={"cpu": "300m", "memory": "128Mi"}) for n in CONTAINERS]))
-                eng = node.engine()
-                eng.start(node.views())
-                eng.reconcile()  # the node as the kubelet left it, records written
-                for _ in range(min(3, kills_left)):
-                    node.resize("p", {n: _spec(rng) for n in CONTAINERS})
-                    # a run of a 3-container resize has at least a few steps; past its end it just finishes
-                    if run_agent(node, workdir, kill_at=rng.randint(0, 8)) is None:
-                        figures.kills += 1
-                    loaded = PodStore(node.settings.state_dir).load(persist=False)
-                    figures.corrupt_records += len(loaded.damaged)
-                    figures.notes += [d.reason for d in loaded.damaged]
-                statuses = run_agent(node, workdir, kill_at=None) or []
-                figures.not_completed += sum(1 for s in statuses if s["state"] != "Done")
-                mismatches = node.mismatches("p")
-                figures.lost += 1 if mismatches else 0
-                figures.notes += mismatches[:2]
-                figures.violations += len(node.violations)
-                figures.notes += node.violations[:2]
-            finally:
-                node.close()
-    finally:
-        left = root.cleanup()
-        if left:
-            figures.notes.append(f"could not remove {left}")
+    with node_on_kernel(workdir, figures.notes) as node:
+        node.add_pod(manifest("p", [ctr(n, lim={"cpu": "300m", "memory": "128Mi"}) for n in CONTAINERS]))
+        eng = node.engine()
+        eng.start(node.views())
+        eng.reconcile()  # the node as the kubelet left it, records written
+        for _ in range(min(3, kills_left)):
+            node.resize("p", {n: _spec(rng) for n in CONTAINERS})
+            # a run of a 3-container resize has at least a few steps; past its end it just finishes
+            if run_agent(node, workdir, kill_at=rng.randint(0, 8)) is None:
+                figures.kills += 1
+            loaded = PodStore(node.settings.state_dir).load(persist=False)
+            figures.corrupt_records += len(loaded.damaged)
+            figures.notes += [d.reason for d in loaded.damaged]
+        statuses = run_agent(node, workdir, kill_at=None) or []
+        figures.not_completed += sum(1 for s in statuses if s["state"] != "Done")
+        mismatches = node.mismatches("p")
+        figures.lost += 1 if mismatches else 0
+        figures.notes += mismatches[:2]
+        figures.violations += len(node.violations)
+        figures.notes += node.violations[:2]
 
 
 def run(workdir: Path, kills: int, seed: int = 0, progress: Callable[[CrashFigures], None] | None = None) -> CrashFigures:

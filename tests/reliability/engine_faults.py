@@ -37,11 +37,9 @@ from agent.daemon.ownership import resolve
 from agent.plan import CgroupStep
 from agent.resize.engine import ResizeEngine
 from agent.resize.store import PodStore
-from tests.fakes.fake_cri import RUNC_WRAP, running_fake_cri
-from tests.fakes.kernel import KernelRoot
-from tests.fakes.kernel_tree import KernelTree
+from tests.fakes.fake_cri import RUNC_WRAP
 from tests.reliability.syscalls import SHORT, Fault, SyscallFaults
-from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode, ctr, manifest, node_on_kernel
 
 KUBELET = "v1.36.0"
 FAULTY_ROUNDS = 3
@@ -243,41 +241,29 @@ def run_scenario(workdir: Path, path: str, kind: str, name: str, arg: Any, seed:
     """One fault, one node: arm, one faulty round, clear, converge; the figures."""
     kubelet = KUBELET if path == "kubelet-owned" else None
     row = Row(path, f"{kind}: {name}")
-    root = KernelRoot.create()
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
-        with running_fake_cri(workdir) as cri:
-            tree = KernelTree(root)
-            node = ResizeNode(tree, cri, workdir / "state", cgroup_root=tree.cgroup_root)
-            try:
-                node.add_pod(burstable_pod(VICTIM, 3))
-                node.add_pod(burstable_pod(BYSTANDER, 2))
-                sc = Scenario(node, kubelet)
-                sc.start()
-                sc.round()
-                rng = random.Random(seed)
-                if kind != "drift":
-                    sc.resize(rng)
-                faults = SyscallFaults()
-                row.spoiled = _inject(sc, faults, row, kind, name, arg, workdir)
-                faults.clear()
-                for _ in range(8):
-                    if not sc.lost():
-                        break
-                    sc.round()
-                row.injected += faults.injected
-                lost = sc.lost()
-                row.lost = len(lost)
-                row.notes += [f"{k}: {v[0]}" for k, v in lost.items()]
-                row.violations = len(node.violations)
-                row.notes += node.violations[:3]
-                row.crashes = sc.crashes
-            finally:
-                node.close()
-    finally:
-        left = root.cleanup()
-        if left:
-            row.notes.append(f"could not remove {left}")
+    with node_on_kernel(workdir, row.notes) as node:
+        node.add_pod(burstable_pod(VICTIM, 3))
+        node.add_pod(burstable_pod(BYSTANDER, 2))
+        sc = Scenario(node, kubelet)
+        sc.start()
+        sc.round()
+        rng = random.Random(seed)
+        if kind != "drift":
+            sc.resize(rng)
+        faults = SyscallFaults()
+        row.spoiled = _inject(sc, faults, row, kind, name, arg, workdir)
+        faults.clear()
+        for _ in range(8):
+            if not sc.lost():
+                break
+            sc.round()
+        row.injected += faults.injected
+        lost = sc.lost()
+        row.lost = len(lost)
+        row.notes += [f"{k}: {v[0]}" for k, v in lost.items()]
+        row.violations = len(node.violations)
+        row.notes += node.violations[:3]
+        row.crashes = sc.crashes
     return row
 
 

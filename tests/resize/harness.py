@@ -11,7 +11,8 @@ ratio above the pod's (EINVAL) and a memory limit below usage (EBUSY).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,8 @@ from cgroupfs.files import CgroupFiles
 from cgroupfs.naming import cgroup_dir, container_dir
 from cgroupfs.types import DriverKind
 from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import FakeContainer, FakeCRI, FakeSandbox, Refuse
+from tests.fakes.fake_cri import FakeContainer, FakeCRI, FakeSandbox, Refuse, running_fake_cri
+from tests.fakes.kernel import KernelRoot
 from tests.fakes.kernel_tree import KernelTree
 
 UNLIMITED_TEXT = str(V1_UNLIMITED_READBACK)
@@ -485,3 +487,24 @@ class _Runtime:
     def stop_container(self, container_id: ContainerID, timeout_s: int) -> None:
         self.client.stop_container(container_id, timeout_s)
         self.stopped(container_id)
+
+
+@contextmanager
+def node_on_kernel(workdir: Path, notes: list[str]) -> Iterator[ResizeNode]:
+    """A node on this host's real cgroup v1 files below a fresh private root, its fake CRI server in
+    `workdir`; everything removed after (a cgroup that cannot be is added to `notes`). The root is
+    `node.tree.kernel`, the server `node.cri`."""
+    root = KernelRoot.create()
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        with running_fake_cri(workdir) as cri:
+            tree = KernelTree(root)
+            node = ResizeNode(tree, cri, workdir / "harness-state", cgroup_root=tree.cgroup_root)
+            try:
+                yield node
+            finally:
+                node.close()
+    finally:
+        left = root.cleanup()
+        if left:
+            notes.append(f"could not remove {left}")
