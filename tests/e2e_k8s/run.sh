@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export RK=${RK:-/var/cache/realk8s}
 TOOLS=${REALK8S_TOOLS:-$(cd .. && pwd)/shared/tools/realk8s}
+[ -x "$TOOLS/start.sh" ] || { echo "e2e-k8s: no cluster kit at $TOOLS (REALK8S_TOOLS)" >&2; exit 2; }
 for bin in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
-  if [ ! -x "$RK/bin/$bin" ] || [ ! -x "$TOOLS/start.sh" ]; then
+  if [ ! -x "$RK/bin/$bin" ]; then
     echo "e2e-k8s: no $RK/bin/$bin: build the kit with tests/e2e_k8s/build_kit.sh GIT_DIR (README, \"A real cluster\")" >&2
     exit 2
   fi

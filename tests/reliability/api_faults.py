@@ -112,7 +112,6 @@ def _converged(env: Env, name: str, kubelet: str | None) -> bool:
 def run_scenario(workdir: Path, path: str, fault: str, seed: int, timeout: float = 60.0) -> Row:
     kubelet = KUBELET if path == "kubelet-owned" else None
     row = Row(path, f"API: {fault}")
-    workdir.mkdir(parents=True, exist_ok=True)
     with _env(workdir, kubelet, row.notes) as (env, root):
         for name, n in ((VICTIM, 3), (BYSTANDER, 2)):
             env.node.add_pod(burstable_pod(name, n))

@@ -1,7 +1,7 @@
 """The invariant on a snapshot of limit files (absolute path -> text), whatever wrote them: below the
 campaign's root, no cgroup's memory limit or CPU quota ratio is above its parent's, and the children
-of a pod cgroup sum within it (a child without a limit is bounded by its parent and takes no fixed share). Pods with pod-level
-resources are not told apart here; the API campaign's pods have none."""
+of a pod cgroup sum within it (a child without a limit is bounded by its parent and takes no fixed
+share). Pods with pod-level resources are not told apart here; the API campaign's pods have none."""
 
 from __future__ import annotations
 
@@ -11,21 +11,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-UNLIMITED_FROM = 1 << 62  # v1 reads "unlimited" back as 9223372036854771712
+from tests.resize.harness import memory_limit, quota_ratio
+
 INF = float("inf")
 
 
 def _memory(text: str | None) -> float:
-    if text is None:
-        return INF
-    v = int(text)
-    return INF if v >= UNLIMITED_FROM or v < 0 else float(v)
+    return INF if text is None else memory_limit(text)
 
 
 def _ratio(quota: str | None, period: str | None) -> float:
-    if quota is None or period is None or int(quota) < 0:
-        return INF
-    return int(quota) / int(period)
+    return INF if quota is None or period is None else quota_ratio(quota, period)
 
 
 def breaches(files: Mapping[str, str], tops: Iterable[str]) -> list[str]:
@@ -51,10 +47,11 @@ def breaches(files: Mapping[str, str], tops: Iterable[str]) -> list[str]:
                 if r != INF and r > pr + 1e-9:
                     out.append(f"{rel}: a child's cpu {r:.3f} above {pr:.3f}")
             if os.path.basename(parent).startswith("pod"):
-                if sum(m for m in mems if m != INF) > pm:
-                    out.append(f"{rel}: children's memory sum {sum(m for m in mems if m != INF):.0f} above {pm:.0f}")
-                if sum(r for r in ratios if r != INF) > pr + 1e-9:
-                    out.append(f"{rel}: children's cpu sum {sum(r for r in ratios if r != INF):.3f} above {pr:.3f}")
+                mem_sum, cpu_sum = sum(m for m in mems if m != INF), sum(r for r in ratios if r != INF)
+                if mem_sum > pm:
+                    out.append(f"{rel}: children's memory sum {mem_sum:.0f} above {pm:.0f}")
+                if cpu_sum > pr + 1e-9:
+                    out.append(f"{rel}: children's cpu sum {cpu_sum:.3f} above {pr:.3f}")
     return out
 
 

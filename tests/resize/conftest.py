@@ -9,9 +9,8 @@ import pytest
 
 from tests.fakes.cgroup_tree import FakeCgroupTree
 from tests.fakes.fake_cri import FakeCRI
-from tests.fakes.kernel import KernelRoot
-from tests.fakes.kernel_tree import KernelTree
-from tests.resize.harness import ResizeNode
+from tests.fakes.kernel import skip_reason
+from tests.resize.harness import ResizeNode, node_on_kernel
 
 
 @pytest.fixture
@@ -26,11 +25,13 @@ def node(
 
 
 @pytest.fixture
-def kernel_node(kernel_root: KernelRoot, fake_cri: FakeCRI, tmp_path: Path) -> Iterator[ResizeNode]:
-    """The same node on this host's real cgroup v1 files, below the test's private root."""
-    tree = KernelTree(kernel_root)
-    n = ResizeNode(tree, fake_cri, tmp_path / "state", cgroup_root=tree.cgroup_root)
-    try:
+def kernel_node(tmp_path: Path) -> Iterator[ResizeNode]:
+    """The same node on this host's real cgroup v1 files, below a private root removed afterwards;
+    skips unless root on a v1 host."""
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    notes: list[str] = []
+    with node_on_kernel(tmp_path / "node", notes) as n:
         yield n
-    finally:
-        n.close()
+    assert not notes, notes

@@ -83,12 +83,14 @@ class Event:
     old: Any = None
 
 
-def _ratio(quota: str, period: str) -> float:
+def quota_ratio(quota: str, period: str) -> float:
+    """A CFS quota as a share of cores; inf for no quota."""
     q = int(quota)
     return float("inf") if q < 0 else q / int(period)
 
 
-def _mem(text: str) -> float:
+def memory_limit(text: str) -> float:
+    """A v1 memory limit in bytes; inf for unlimited (as read back) or negative."""
     v = int(text)
     return float("inf") if v < 0 or v >= V1_UNLIMITED_READBACK else float(v)
 
@@ -289,11 +291,11 @@ class ResizeNode:
         if quota or period:
             period = period or int(self.read(self.container_path(pod, name, "cpu.cfs_period_us")))
             quota = quota or int(self.read(self.container_path(pod, name, "cpu.cfs_quota_us")))
-            pod_ratio = _ratio(
+            pod_ratio = quota_ratio(
                 self.read(self.pod_path(pod, "cpu.cfs_quota_us")),
                 self.read(self.pod_path(pod, "cpu.cfs_period_us")),
             )
-            if _ratio(str(quota), str(period)) > pod_ratio:
+            if quota_ratio(str(quota), str(period)) > pod_ratio:
                 raise Refuse(f"failed to write {quota} to cpu.cfs_quota_us: invalid argument")
             self._runc_write(self.container_path(pod, name, "cpu.cfs_period_us"), str(period))
             self._runc_write(self.container_path(pod, name, "cpu.cfs_quota_us"), str(quota))
@@ -313,8 +315,8 @@ class ResizeNode:
         """(cpu limit as quota/period, memory limit, shares) as the container's cgroup shows them."""
         q = self.read(self.container_path(pod, name, "cpu.cfs_quota_us"))
         p = self.read(self.container_path(pod, name, "cpu.cfs_period_us"))
-        m = _mem(self.read(self.container_path(pod, name, "memory.limit_in_bytes")))
-        return _ratio(q, p), m, int(self.read(self.container_path(pod, name, "cpu.shares")))
+        m = memory_limit(self.read(self.container_path(pod, name, "memory.limit_in_bytes")))
+        return quota_ratio(q, p), m, int(self.read(self.container_path(pod, name, "cpu.shares")))
 
     def _on_update(self, container: FakeContainer, merged: pb.LinuxContainerResources) -> None:
         index = self.updates
@@ -355,9 +357,9 @@ class ResizeNode:
         for pod, info in chosen:
             pq = self.read(f"cpu/{info.pod_dir}/cpu.cfs_quota_us")
             pp = self.read(f"cpu/{info.pod_dir}/cpu.cfs_period_us")
-            pm = _mem(self.read(f"memory/{info.pod_dir}/memory.limit_in_bytes"))
+            pm = memory_limit(self.read(f"memory/{info.pod_dir}/memory.limit_in_bytes"))
             parent = info.pod_dir.rsplit("/", 1)[0]
-            tm = _mem(self.read(f"memory/{parent}/memory.limit_in_bytes"))
+            tm = memory_limit(self.read(f"memory/{parent}/memory.limit_in_bytes"))
             if pm != float("inf") and pm > tm:
                 out.append(f"{pod}: pod memory {pm} above its tier's {tm}")
             pod_level = self.view(pod).pod_limits
@@ -366,18 +368,18 @@ class ResizeNode:
                 base = f"{info.pod_dir}/{cid}"
                 if not self.tree.path(f"cpu/{base}").exists():
                     continue
-                cr = _ratio(
+                cr = quota_ratio(
                     self.read(f"cpu/{base}/cpu.cfs_quota_us"), self.read(f"cpu/{base}/cpu.cfs_period_us")
                 )
-                cm = _mem(self.read(f"memory/{base}/memory.limit_in_bytes"))
-                if cr != float("inf") and cr > _ratio(pq, pp) + 1e-9:
-                    out.append(f"{pod}/{name}: cpu {cr} above the pod's {_ratio(pq, pp)}")
+                cm = memory_limit(self.read(f"memory/{base}/memory.limit_in_bytes"))
+                if cr != float("inf") and cr > quota_ratio(pq, pp) + 1e-9:
+                    out.append(f"{pod}/{name}: cpu {cr} above the pod's {quota_ratio(pq, pp)}")
                 if cm != float("inf") and cm > pm:
                     out.append(f"{pod}/{name}: memory {cm} above the pod's {pm}")
                 cpu_sum += cr
                 mem_sum += cm
-            if pod_level is None and cpu_sum != float("inf") and cpu_sum > _ratio(pq, pp) + 1e-9:
-                out.append(f"{pod}: containers' cpu sum {cpu_sum} above the pod's {_ratio(pq, pp)}")
+            if pod_level is None and cpu_sum != float("inf") and cpu_sum > quota_ratio(pq, pp) + 1e-9:
+                out.append(f"{pod}: containers' cpu sum {cpu_sum} above the pod's {quota_ratio(pq, pp)}")
             if pod_level is None and mem_sum != float("inf") and mem_sum > pm:
                 out.append(f"{pod}: containers' memory sum {mem_sum} above the pod's {pm}")
         return out
@@ -441,7 +443,7 @@ def signature(event: Event) -> tuple[str, str, int] | None:
     who = "pod" if "/pod" in path else "tier"
     old, new = event.old, event.value
     if path.endswith("memory.limit_in_bytes"):
-        o, n = _mem(old), _mem(new)
+        o, n = memory_limit(old), memory_limit(new)
     else:
         o, n = float(int(old)), float(int(new))
         if path.endswith("cfs_quota_us"):
