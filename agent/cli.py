@@ -26,6 +26,22 @@ class UsageError(PermanentError):
     """A command line that cannot be acted on."""
 
 
+OOM_SCORE_ADJ = Path("/proc/self/oom_score_adj")
+
+
+def yield_memory_to_the_daemon(path: Path = OOM_SCORE_ADJ) -> bool:
+    """Make this process the kernel's first choice when memory runs out.
+
+    Why: `kubectl exec` into the agent's pod runs a command in the daemon's own memory cgroup; at the pod's
+    limit the kernel kills the task with the highest badness, which would be the daemon (the larger RSS).
+    Raising one's own OOM score needs no privilege. False where /proc refuses it (best effort)."""
+    try:
+        path.write_text("1000")
+    except OSError:
+        return False
+    return True
+
+
 def _common(p: argparse.ArgumentParser, pods: bool = True) -> None:
     p.add_argument(
         "--config", help="YAML config file (kubelet names: cgroupRoot, cgroupDriver, qosReserved...)"
@@ -340,6 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # environment still wins (GRPC_VERBOSITY=INFO to debug the transport).
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = parser().parse_args(argv)
+    if args.command != "run":
+        yield_memory_to_the_daemon()
     if args.command == "version":
         from agent.version import describe
 

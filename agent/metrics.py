@@ -123,6 +123,35 @@ class Probe:
     ready: Callable[[], tuple[bool, str]]
 
 
+class StartupProbe:
+    """The probes from the process's first second, before the daemon they will ask exists.
+
+    Why: the endpoints must answer while the agent still waits for its Node object or the LimitRanges:
+    alive (an API server that answers slowly must not get the agent restarted by its liveness probe) and
+    not ready, with what it waits for; `attach` hands both questions to the daemon once it is built."""
+
+    def __init__(self, waiting: str = "starting") -> None:
+        self._waiting = waiting
+        self._probe: Probe | None = None
+
+    def waiting(self, why: str) -> None:
+        self._waiting = why
+
+    def attach(self, probe: Probe) -> None:
+        self._probe = probe
+
+    def healthy(self) -> tuple[bool, str]:
+        probe = self._probe
+        return probe.healthy() if probe is not None else (True, f"starting: {self._waiting}")
+
+    def ready(self) -> tuple[bool, str]:
+        probe = self._probe
+        return probe.ready() if probe is not None else (False, f"starting: {self._waiting}")
+
+    def probe(self) -> Probe:
+        return Probe(self.healthy, self.ready)
+
+
 def _handler(routes: dict[str, Callable[[], tuple[int, str, bytes]]]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

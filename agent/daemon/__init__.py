@@ -25,7 +25,7 @@ from agent.daemon.reconciler import Reconciler
 from agent.execute import CgroupStepRunner, ContainerUpdater
 from agent.kube.status import StatusReporter
 from agent.logging import configure, get_logger
-from agent.metrics import Endpoints, Metrics, Probe
+from agent.metrics import Endpoints, Metrics, Probe, StartupProbe
 from agent.settings import ConfigError, Settings
 from agent.sources import default_sources
 from agent.sources.limitrange import LimitRanges
@@ -182,6 +182,29 @@ def run(settings: Settings) -> int:
 
         ensure_tiers(env)
     metrics = Metrics()
+    # the endpoints answer from the first second: alive, and not ready until the first pass (StartupProbe)
+    probe = StartupProbe("reading the node's configuration")
+    metrics.follow_readiness(probe.ready)
+    from agent.version import VERSION, commit
+
+    metrics.build_info.labels(VERSION, commit()).set(1)
+    endpoints = Endpoints(metrics, probe.probe(), settings.metrics_bind_address, settings.health_bind_address)
+    log.info("listening", endpoints=list(endpoints.addresses))
+    try:
+        return _serve(settings, env, metrics, probe, endpoints, stop)
+    finally:
+        endpoints.close()
+
+
+def _serve(
+    settings: Settings,
+    env: pipeline.Environment,
+    metrics: Metrics,
+    probe: StartupProbe,
+    endpoints: Endpoints,
+    stop: threading.Event,
+) -> int:
+    """The daemon's life once its endpoints answer: the node, the sources, the loop until SIGTERM."""
     node = settings.node_name or os.environ.get("NODE_NAME")
     # the namespaces' LimitRanges bound the annotations wherever one can be honoured (annotationNamespaces
     # not []): from the API (agent.daemon.limitranges) or the manifest directory
@@ -205,6 +228,7 @@ def run(settings: Settings) -> int:
 
         api = api_client(settings.kubeconfig)
         core = core_v1(api)
+        probe.waiting(f"waiting for node {node} from the API server")
         info = _wait_for_node(core, node, settings, stop)
         if info is None:
             return 0
@@ -259,16 +283,7 @@ def run(settings: Settings) -> int:
     context.event = daemon.event
     context.event_on = reporter.event
     daemon.status_hooks = context.on_statuses
-    metrics.follow_readiness(daemon.ready)
-    from agent.version import VERSION, commit
-
-    metrics.build_info.labels(VERSION, commit()).set(1)
-    endpoints = Endpoints(
-        metrics,
-        Probe(daemon.healthy, daemon.ready),
-        settings.metrics_bind_address,
-        settings.health_bind_address,
-    )
+    probe.attach(Probe(daemon.healthy, daemon.ready))
     log.info(
         "started",
         endpoints=list(endpoints.addresses),
@@ -286,6 +301,5 @@ def run(settings: Settings) -> int:
     daemon.shutdown()
     for component in components:
         component.join(10.0)
-    endpoints.close()
     log.info("stopped")
     return 0

@@ -89,11 +89,26 @@ sed -i '/direct_url.json/d' "$SITE"/kube_cgroup_agent-*.dist-info/RECORD
 # the console scripts (removed above) carry the build venv's interpreter path, so their RECORD hashes vary by
 # checkout: drop those lines too, so every clone of one commit builds the same layer
 sed -i '\#^\.\./\.\./bin/#d' "$SITE"/*.dist-info/RECORD
+# the command users type in the container (`kubectl exec ... -- kube-cgroup-agent diff ...`), on the PATH;
+# pip's own console script was removed above (it names the build venv's interpreter)
+install -d "$APP/usr/local/bin"
+cat > "$APP/usr/local/bin/kube-cgroup-agent" <<'SCRIPT'
+#!/usr/bin/python3
+import sys
+
+sys.path.insert(0, "/opt/kube-cgroup-agent")
+from agent.cli import main  # noqa: E402
+
+sys.exit(main())
+SCRIPT
+chmod 0755 "$APP/usr/local/bin/kube-cgroup-agent"
 step "check the application imports in the base root"
 mkdir -p "$WORK/probe"
 cp -a "$BASE"/. "$WORK/probe/"; cp -a "$APP"/. "$WORK/probe/"
 chroot "$WORK/probe" env PYTHONPATH=/opt/kube-cgroup-agent PYTHONDONTWRITEBYTECODE=1 KCG_COMMIT="$COMMIT" \
   /usr/bin/python3 -c 'import agent.cli, agent.daemon, agent.cri.client, agent.kube.watch, kubernetes.client, grpc; from agent.version import describe; print(describe())'
+chroot "$WORK/probe" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin KCG_COMMIT="$COMMIT" \
+  kube-cgroup-agent version
 rm -rf "$WORK/probe"
 
 step "archive"
@@ -102,7 +117,7 @@ TAG="kube-cgroup-agent:$VERSION"
 DIGEST=$("$PY" deploy/image/oci.py "$OUT" --layer "$BASE" --layer "$APP" --tag "$TAG" --epoch "$EPOCH" \
   --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --env PYTHONPATH=/opt/kube-cgroup-agent --env PYTHONDONTWRITEBYTECODE=1 --env "KCG_COMMIT=$COMMIT" \
-  --entrypoint '["/usr/bin/python3","-m","agent"]' --user 0 \
+  --entrypoint '["/usr/local/bin/kube-cgroup-agent"]' --user 0 \
   --label "org.opencontainers.image.title=kube-cgroup-agent" \
   --label "org.opencontainers.image.description=Node-local agent that owns a Kubernetes node's pod resource tiers" \
   --label "org.opencontainers.image.version=$VERSION" \

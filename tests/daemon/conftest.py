@@ -127,11 +127,12 @@ class Daemon:
         ]
 
     def endpoint(self) -> str:
-        """The health/metrics address from the "started" line, read once per run (the log of a long run
-        is large: it is not parsed again for every request)."""
+        """The health/metrics address from the "listening" line (the endpoints answer before the daemon
+        has its node), read once per run (the log of a long run is large: it is not parsed again for every
+        request)."""
         if self._endpoint is None:
-            started = wait_for(lambda: self.logged("started"), "the daemon to start")
-            self._endpoint = str(started[0]["endpoints"][0])
+            listening = wait_for(lambda: self.logged("listening"), "the daemon's endpoints")
+            self._endpoint = str(listening[0]["endpoints"][0])
         return self._endpoint
 
     def get(self, path: str) -> tuple[int, str]:

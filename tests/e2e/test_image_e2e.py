@@ -27,8 +27,8 @@ def agent_image() -> str:
 
 
 def _run_to_exit(pods: PodRunner, runtime: pb_grpc.RuntimeServiceStub, image: str, args: tuple[str, ...],
-                 mounts: tuple[pb.Mount, ...] = ()) -> tuple[int, str, Pod]:
-    pod = pods.run({"agent": pb.LinuxContainerResources()}, name="agent", command=(), image=image, args=args,
+                 mounts: tuple[pb.Mount, ...] = (), command: tuple[str, ...] = ()) -> tuple[int, str, Pod]:
+    pod = pods.run({"agent": pb.LinuxContainerResources()}, name="agent", command=command, image=image, args=args,
                    mounts=mounts)
     cid = pod.containers["agent"]
     deadline = time.monotonic() + 60  # a bound on the wait, not an assertion on speed
@@ -52,6 +52,18 @@ def test_the_image_prints_its_version(
     assert code == 0, out
     assert out.startswith(f"kube-cgroup-agent {version} (commit "), out
     assert "commit unknown" not in out and "Python 3.11" in out
+
+
+def test_the_command_is_on_the_images_path(
+    pods: PodRunner, runtime: pb_grpc.RuntimeServiceStub, agent_image: str
+) -> None:
+    # what `kubectl exec POD -- kube-cgroup-agent ...` runs: the command by name, found on the image's PATH,
+    # with no help from the image's environment (PYTHONPATH) either
+    script = "unset PYTHONPATH; command -v kube-cgroup-agent && exec kube-cgroup-agent version"
+    code, out, _ = _run_to_exit(pods, runtime, agent_image, ("-c", script), command=("/bin/sh",))
+    assert code == 0, out
+    assert out.splitlines()[0] == "/usr/local/bin/kube-cgroup-agent", out
+    assert f"kube-cgroup-agent {metadata.version('kube-cgroup-agent')} (commit " in out, out
 
 
 def test_the_image_checks_the_hosts_cgroupfs_mounted_as_the_daemonset_does(
