@@ -137,9 +137,24 @@ def test_the_daemonset_runs_everywhere_with_only_the_privileges_it_needs() -> No
         "cri-socket": "/run/containerd/containerd.sock",
         "state": "/var/lib/kube-cgroup-agent",
         "kubelet-config": "/var/lib/kubelet/config.yaml",
+        "dbus": "/run/dbus",
     }
     assert mounts["cgroupfs"] == "/host/sys/fs/cgroup"
     assert mounts["kubelet-config"] == "/host/var/lib/kubelet/config.yaml"
+    # systemd-driver nodes: the system bus at the path the agent dials by default (cgroupfs.systemd.bus),
+    # read-only (connecting to a socket needs no write access to its mount), made empty where there is none
+    from cgroupfs.systemd.bus import DEFAULT_SYSTEM_BUS_ADDRESS
+
+    dbus = next(m for m in c.volume_mounts if m.name == "dbus")
+    assert DEFAULT_SYSTEM_BUS_ADDRESS == f"unix:path={dbus.mount_path}/system_bus_socket" and dbus.read_only
+    assert next(v for v in spec.volumes if v.name == "dbus").host_path.type == "DirectoryOrCreate"
+    # the runtime's default AppArmor profile refuses D-Bus where the kernel mediates it; seccomp stays default
+    assert sc.app_armor_profile.type == "Unconfined"
+    # the daemon's measured RSS fits its request, and a command beside it fits the limit (README)
+    from kubernetes.utils import parse_quantity
+
+    assert parse_quantity(c.resources.requests["memory"]) >= 160 * 2**20
+    assert parse_quantity(c.resources.limits["memory"]) >= 2 * parse_quantity(c.resources.requests["memory"])
 
 
 def test_the_configmap_is_a_valid_agent_config() -> None:
