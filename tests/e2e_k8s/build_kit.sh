@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The cluster kit of make e2e-k8s: ../shared/tools/realk8s/build.sh, with kubectl among its components.
+# The cluster kit of make e2e-k8s and cluster.sh: ../shared/tools/realk8s/build.sh, with kube-proxy (Services:
+# in-cluster clients reach the API server at 10.96.0.1) and kubectl among its components.
 #
 #   bash tests/e2e_k8s/build_kit.sh GIT_DIR_OF_openshift/microshift     # binaries into $RK/bin
 #
@@ -26,4 +27,4 @@ if [ ! -f "$RK/src/go.mod" ]; then
     GIT_DIR="$tmp/git" GIT_INDEX_FILE="$tmp/index" GIT_WORK_TREE="$wt" git update-index --force-remove --
   g archive "$(g write-tree)" | tar -x -C "$RK/src"
 fi
-COMPONENTS=${COMPONENTS:-kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl} bash "$TOOLS/build.sh" "$MIRROR"
+COMPONENTS=${COMPONENTS:-kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl} bash "$TOOLS/build.sh" "$MIRROR"
