@@ -288,7 +288,13 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     files = [f for f in result.diff.files if f.desired.pod == comp.pod.key]
     resizes = _resize_dry_run(settings, result.env, vpa)
     status = next((s for s in resizes.statuses if s.uid == comp.pod.uid), None) if resizes else None
-    print(render.explain(comp, files, status))
+    from agent.diff import container_weight_formula
+    from cgroupfs.layout import CPU_WEIGHT
+
+    weights = None
+    if any(f.setting.filename == CPU_WEIGHT for f in result.diff.files):  # cgroup v2: name the formulas
+        weights = container_weight_formula(result.diff.files)
+    print(render.explain(comp, files, status, weights))
     for source in vpa:
         if status is not None:
             source.observe_status(status.uid, status.pod, status.state.value, status.message or status.reason)

@@ -129,6 +129,59 @@ def container_files(
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class WeightFormulaEvidence:
+    """Which shares→weight formula the runtime used for the node's containers, read from their cpu.weight.
+
+    Why read it: the kubelet writes pod and QoS weights with the linear formula, while the runtime converts a
+    container's CRI cpu_shares itself — runc >= 1.3.2 and crun >= 1.23 quadratically, older ones linearly —
+    and the CRI does not say which runc a runtime calls. The files do."""
+
+    linear: int = 0  # containers whose weight only the linear formula gives
+    quadratic: int = 0  # ... only the quadratic one
+    either: int = 0  # both formulas give that weight for its shares (2, or 262144 and above)
+
+    @property
+    def formula(self) -> str:
+        if self.linear and self.quadratic:
+            return "mixed"
+        if self.linear:
+            return "linear"
+        if self.quadratic:
+            return "quadratic"
+        return "unknown"
+
+    def describe(self) -> str:
+        seen = self.linear + self.quadratic
+        if self.formula == "quadratic":
+            return f"quadratic (runc >= 1.3.2 or crun >= 1.23), seen in {seen} container(s)"
+        if self.formula == "linear":
+            return f"linear (runc < 1.3.2, crun < 1.23, as the kubelet's pod weights), seen in {seen} container(s)"
+        if self.formula == "mixed":
+            return f"mixed: {self.linear} container(s) linear, {self.quadratic} quadratic (two runtimes or an upgrade)"
+        return (f"unknown: no running container's weight tells the formulas apart ({self.either} where both agree)"
+                if self.either else "unknown: no container cpu.weight read")
+
+
+def container_weight_formula(files: Iterable[FileDiff]) -> WeightFormulaEvidence:
+    """The evidence of every container cpu.weight read back (a value neither formula gives — a resize under
+    way — is not evidence)."""
+    linear = quadratic = either = 0
+    for f in files:
+        if f.desired.owner is not Owner.CONTAINER or f.setting.filename != layout.CPU_WEIGHT:
+            continue
+        if f.current is None or len(f.desired.accept) != 2:
+            continue
+        lin, quad = f.desired.accept
+        if f.current == lin == quad:
+            either += 1
+        elif f.current == lin:
+            linear += 1
+        elif f.current == quad:
+            quadratic += 1
+    return WeightFormulaEvidence(linear, quadratic, either)
+
+
 FilesCache = MutableMapping[PodUID, tuple[PodComputation, tuple[DesiredFile, ...]]]
 """Each pod's rendered files, by UID, with the computation they were rendered from (reused while that
 very object is the pod's computation: a resync renders only the pods that changed)."""

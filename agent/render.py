@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from agent.compute.pod import PodComputation
-from agent.diff import FileDiff, NodeDiff, Owner
+from agent.diff import FileDiff, NodeDiff, Owner, WeightFormulaEvidence
 from agent.model import UNLIMITED, Problem, Resources
 from agent.plan import CgroupStep, ContainerStep, Plan, RestartStep
 from agent.resize.types import ResizeStatus
@@ -161,8 +161,14 @@ def _num(v: int | None) -> str:
     return "unlimited (-1)" if v == UNLIMITED else str(v)
 
 
-def explain(comp: PodComputation, files: Sequence[FileDiff] = (), resize: ResizeStatus | None = None) -> str:
-    """How each value of one pod was derived: QoS and why, each sum, each formula, each file."""
+def explain(
+    comp: PodComputation,
+    files: Sequence[FileDiff] = (),
+    resize: ResizeStatus | None = None,
+    weights: WeightFormulaEvidence | None = None,
+) -> str:
+    """How each value of one pod was derived: QoS and why, each sum, each formula, each file; on cgroup v2,
+    which shares→weight formula the runtime uses for containers (`weights`, read node-wide)."""
     p = comp.pod
     v = comp.values
     lines = [f"pod {p.key} (uid {p.uid})", f"  QoS class: {comp.qos.qos.value} — {comp.qos.reason}"]
@@ -222,6 +228,11 @@ def explain(comp: PodComputation, files: Sequence[FileDiff] = (), resize: Resize
             f"  container {cc.container.name}: cpu_shares {cv.cpu_shares}, cpu_quota {_num(cv.cpu_quota)}, "
             f"cpu_period {cv.cpu_period}, memory_limit_in_bytes {_num(cv.memory_limit)}"
             + (f" ({'; '.join(note)})" if note else "")
+        )
+    if weights is not None:
+        lines.append(
+            "  cpu.weight: pod and QoS cgroups linear (the kubelet: 1 + (shares - 2) * 9999 / 262142); "
+            f"containers by the runtime: {weights.describe()}"
         )
     if files:
         lines.append("  files:")
