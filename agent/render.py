@@ -32,8 +32,11 @@ def diff_json(node: NodeDiff, show_all: bool = False) -> str:
             "container": f.desired.container,
             "containerID": f.desired.container_id,
             "field": f.desired.field,
+            "path": f.setting.path,
             "current": f.current,
             "desired": f.setting.value,
+            # values that mean the same (a container's cgroup v2 cpu.weight: either runtime formula)
+            **({"accept": list(f.desired.accept)} if f.desired.accept else {}),
         }
         for f in files
         if f.desired.owner is Owner.CONTAINER

@@ -46,6 +46,8 @@ def test_diff_json_contract_on_the_sample_node() -> None:
         "container": "app",
         "containerID": "d1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90",
         "field": "cpu_quota",
+        "path": "cpu/kubepods/burstable/pod2a7d9c10-5e3b-4c8e-8f21-7a6b5c4d3e02/"
+        "d1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90/cpu.cfs_quota_us",
         "current": "50000",
         "desired": "100000",
     }
