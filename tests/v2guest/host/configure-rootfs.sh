@@ -1,7 +1,7 @@
 #!/bin/bash
 # mmdebstrap --customize-hook: turn the bootstrapped rootfs into a headless CI guest.
 # usage: configure-rootfs.sh ROOTFS WHEELDIR GUESTDIR
-#   WHEELDIR: wheels + pins.txt for /opt/venv; GUESTDIR: tests/v2guest/guest (ci-runner + unit).
+#   WHEELDIR: wheels + pins.txt for /opt/venv ("-": none); GUESTDIR: tests/v2guest/guest (ci-runner + unit).
 # Runs on the host as root; every chroot command gets a clean environment (the host's PIP_* etc. must
 # not leak into the guest).
 set -euo pipefail
@@ -57,13 +57,15 @@ printf 'MODULES=list\nCOMPRESS=zstd\n' > "$R/etc/initramfs-tools/conf.d/ci.conf"
 printf 'virtio_pci\nvirtio_blk\next4\n' >> "$R/etc/initramfs-tools/modules"
 in_root update-initramfs -u -k all >/dev/null 2>&1
 
-log "pre-built /opt/venv from host wheels (a venv made under TCG costs ~55 s)"
-mkdir -p "$R/tmp/wheels"
-cp "$WHEELS"/*.whl "$WHEELS/pins.txt" "$R/tmp/wheels/"
-in_root python3 -m venv /opt/venv
-in_root /opt/venv/bin/pip install -q --no-index --no-cache-dir --find-links /tmp/wheels -r /tmp/wheels/pins.txt
-cp "$WHEELS/pins.txt" "$R/opt/venv/pins.txt"
-rm -rf "$R/tmp/wheels"
+if [ "$WHEELS" != - ]; then
+  log "pre-built /opt/venv from host wheels (a venv made under TCG costs ~55 s)"
+  mkdir -p "$R/tmp/wheels"
+  cp "$WHEELS"/*.whl "$WHEELS/pins.txt" "$R/tmp/wheels/"
+  in_root python3 -m venv /opt/venv
+  in_root /opt/venv/bin/pip install -q --no-index --no-cache-dir --find-links /tmp/wheels -r /tmp/wheels/pins.txt
+  cp "$WHEELS/pins.txt" "$R/opt/venv/pins.txt"
+  rm -rf "$R/tmp/wheels"
+fi
 
 log "trim"
 rm -rf "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/* "$R"/usr/share/doc/* "$R"/usr/share/man/*
