@@ -1,16 +1,16 @@
-"""The agent beside a real v1.36 kubelet (make e2e-k8s; the cluster from ../shared/tools/realk8s).
+"""The agent beside a real v1.36 kubelet on the cgroup v1 node (make e2e-k8s; tests/e2e_k8s/cluster.sh).
 
-The daemon runs as a process of this machine with only the RBAC of deploy/ (a token of its
-ServiceAccount), the kubelet's own config file (`kubeletConfig`), and `podLevelLimits: agent`. On this
-node the kubelet resizes containers and pod cgroups (`pods/resize`); the agent owns the QoS tiers'
-cpu.shares and kubepods sizing, and the pod-level values of its own annotation. Checked on the real
-files under /sys/fs/cgroup/*/realk8s:
+The agent runs as users install it: the DaemonSet of deploy/overlays/realk8s, its pod's own ServiceAccount
+token, the kubelet's config file through its mount. On this node the kubelet resizes containers and pod
+cgroups (`pods/resize`); the agent owns the QoS tiers' cpu.shares and kubepods sizing, and the pod-level
+values of its own annotation (the overlay opts the `default` namespace in, and turns VPA and rollouts on).
+Every pod here is pinned to `realk8s-node`; checked on the real files under /sys/fs/cgroup/*/realk8s:
 
 - a `pods/resize` of a running pod is applied by the kubelet; the agent moves the Burstable tier within
   seconds (the kubelet: up to a minute later) and never writes the kubelet's values (drift counters 0);
 - a pod-level-annotation change is applied by the agent to the pod cgroup, and one beyond the namespace's
   LimitRange is refused with an Event;
-- kill -9 of the agent in the middle of a resize loses nothing: the next start converges;
+- kill -9 of the agent's process in the middle of a resize loses nothing: the restarted container converges;
 - VPA in place: a Deployment's pod and a VPA that opts in; a recommendation patched into the VPA's status
   is applied in place through pods/resize by the kubelet (limits proportional, restartCount 0, same pod
   UID); the panic button holds back a later one, and releasing it applies it.
@@ -18,15 +18,10 @@ files under /sys/fs/cgroup/*/realk8s:
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -35,24 +30,19 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-RK = Path(os.environ.get("KCG_REALK8S", "/nonexistent"))
+from tests.e2e_k8s.nodes import AGENT_CONFIG, AGENT_NS, RK, V1_NODE, NodeAgent, kubectl, node_exec
+
 KUBECTL = str(RK / "bin" / "kubectl")
-NODE = "realk8s-node"
+NODE = V1_NODE
 CPU = Path("/sys/fs/cgroup/cpu/realk8s/kubepods")
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "docker.io/library/cri-e2e-busybox:1"
+PIN = {"kubernetes.io/hostname": NODE}  # every pod of this module on the v1 node
 T = TypeVar("T")
 
 pytestmark = pytest.mark.skipif(
-    not os.environ.get("KCG_REALK8S"), reason="needs the real cluster of make e2e-k8s (tests/e2e_k8s/run.sh)"
+    not os.environ.get("KCG_CLUSTER"), reason="needs the two-node cluster of make e2e-k8s (tests/e2e_k8s/cluster.sh)"
 )
-
-
-def kubectl(*args: str, stdin: str | None = None) -> str:
-    done = subprocess.run([KUBECTL, *args], input=stdin, capture_output=True, text=True, timeout=60)
-    if done.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 120.0) -> T:
@@ -71,131 +61,53 @@ def read(path: Path) -> str:
     return path.read_text().strip()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class Agent(NodeAgent):
+    """The DaemonSet's agent pod on the v1 node, and a kubeconfig with a token bound to it (what the agent
+    itself holds: the admission policy reads the node from it)."""
 
+    def __init__(self, tmp: Path) -> None:
+        super().__init__(NODE)
+        self.tmp = tmp
 
-class Agent:
-    """The daemon as a process of this machine, stopped (or killed) by its PID."""
+    def kubeconfig(self) -> str:
+        pod = self.pod()
+        token = kubectl("create", "token", "kube-cgroup-agent", "-n", AGENT_NS, "--duration", "1h",
+                        "--bound-object-kind", "Pod", "--bound-object-name", pod["metadata"]["name"],
+                        "--bound-object-uid", pod["metadata"]["uid"]).strip()
+        cluster = yaml.safe_load((RK / "kubeconfig").read_text())["clusters"][0]["cluster"]
+        path = self.tmp / "agent-kubeconfig"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "clusters": [{"name": "c", "cluster": cluster}],
+            "users": [{"name": "agent", "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "agent"}}], "current-context": "c"}))
+        path.chmod(0o600)
+        return str(path)
 
-    def __init__(self, config: Path, log: Path) -> None:
-        self.config, self.log = config, log
-        self.metrics = json.loads(config.read_text())["metricsBindAddress"]
-        self.proc: subprocess.Popen[bytes] | None = None
+    def kill9(self) -> None:
+        """kill -9 of the agent's processes from the node; the kubelet restarts the container."""
+        restarts = self._restarts()
+        pids = self.host_pids()
+        assert pids, "no agent process found on the node"
+        node_exec(self.node, "kill", "-9", *map(str, pids))
+        wait_for("the agent container restarted", lambda: self._restarts() > restarts, 120)
+        wait_for("the restarted agent Ready", self.ready, 120)
 
-    def start(self) -> None:
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "kube-cgroup-agent"), "run", "--config", str(self.config)],
-            stdout=out,
-            stderr=out,
-        )
-        wait_for("the agent's readiness", self._ready, 60)
-
-    def _ready(self) -> bool:
-        try:
-            return "kube_cgroup_agent_ready 1.0" in self.scrape()
-        except OSError:
-            return False
-
-    def scrape(self) -> str:
-        with urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=5) as r:
-            return str(r.read().decode())
-
-    def drift(self) -> dict[str, float]:
-        """kube_cgroup_agent_drift_total by (thing, action)."""
-        out: dict[str, float] = {}
-        for line in self.scrape().splitlines():
-            if line.startswith("kube_cgroup_agent_drift_total{"):
-                labels, value = line.rsplit(" ", 1)
-                out[labels] = float(value)
-        return out
-
-    def lines(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log.read_text(errors="replace").splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-            self.proc.wait(timeout=30)
-        self.proc = None
+    def _restarts(self) -> int:
+        statuses = self.pod()["status"].get("containerStatuses") or []
+        return sum(int(s.get("restartCount", 0)) for s in statuses)
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     wait_for("node Ready", lambda: "True" in kubectl("get", "node", NODE, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}"), 180)
     wait_for("the default ServiceAccount", lambda: "default" in kubectl("get", "sa", "-o", "name"), 60)
-    docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "daemonset.yaml").read_text()) if d]
-    rbac = [d for d in docs if d["kind"] in {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
-                                             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}]
-    kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(rbac))
-    kubectl("apply", "-f", str(Path(__file__).with_name("vpa-v1-crd.yaml")))  # the VPA project's CRDs
     wait_for("the VPA CRD", lambda: "verticalpodautoscalers" in kubectl("api-resources", "--api-group", "autoscaling.k8s.io"), 60)
-    # a token bound to a pod on the node, as the DaemonSet's projected token is: it carries the node-name
-    # claim the admission policy confines the agent's pod writes with
-    holder = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "token-holder", "namespace": "kube-cgroup-agent"},
-              "spec": {"serviceAccountName": "kube-cgroup-agent", "terminationGracePeriodSeconds": 1, "containers": [
-                  {"name": "hold", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "1000000"]}]}}
-    kubectl("apply", "-f", "-", stdin=json.dumps(holder))
-    holder_uid = wait_for("the token holder scheduled", lambda: kubectl("get", "pod", "-n", "kube-cgroup-agent", "token-holder", "-o",
-                                                                       "jsonpath={.metadata.uid}") if kubectl("get", "pod", "-n", "kube-cgroup-agent", "token-holder", "-o", "jsonpath={.spec.nodeName}") else None, 60)
-    token = kubectl("create", "token", "kube-cgroup-agent", "-n", "kube-cgroup-agent", "--duration", "2h", "--bound-object-kind", "Pod",
-                    "--bound-object-name", "token-holder", "--bound-object-uid", holder_uid).strip()
-    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
-    assert claims["kubernetes.io"].get("node", {}).get("name") == NODE, claims
-    admin = yaml.safe_load((RK / "kubeconfig").read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    tmp = tmp_path_factory.mktemp("agent")
-    kubeconfig = tmp / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": cluster}],
-                "users": [{"name": "agent", "user": {"token": token}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "agent"}}],
-                "current-context": "c",
-            }
-        )
-    )
-    kubeconfig.chmod(0o600)
-    config = tmp / "config.json"
-    config.write_text(
-        json.dumps(
-            {
-                "kubeconfig": str(kubeconfig),
-                "nodeName": NODE,
-                "kubeletConfig": str(RK / "state" / "kubelet.yaml"),
-                "cgroupfs": "/sys/fs/cgroup",
-                "stateDir": str(tmp / "state"),
-                "ownership": {"podLevelLimits": "agent"},
-                "annotationNamespaces": ["default"],  # the opt-in deploy/ leaves empty
-                "metricsBindAddress": f"127.0.0.1:{_free_port()}",
-                "healthBindAddress": f"127.0.0.1:{_free_port()}",
-                "logFormat": "json",
-                "resyncPeriod": "10s",
-                "vpa": {"enabled": True},
-                "rollout": {"enabled": True, "readyTimeout": "60s"},
-            }
-        )
-    )
-    a = Agent(config, tmp / "agent.log")
-    a.start()
+    a = Agent(tmp_path_factory.mktemp("agent"))
+    wait_for("the agent Ready on the v1 node", a.ready, 300)
     try:
         yield a
     finally:
-        a.stop()
-        kubectl("delete", "deployment,statefulset,pod", "--all", "--wait=false")
-        kubectl("delete", "pod", "-n", "kube-cgroup-agent", "token-holder", "--wait=false")
+        kubectl("delete", "deployment,statefulset,daemonset,pod", "--all", "--wait=false")
 
 
 def _pod(name: str, cpu_request: str, cpu_limit: str) -> str:
@@ -205,6 +117,7 @@ def _pod(name: str, cpu_request: str, cpu_limit: str) -> str:
             "kind": "Pod",
             "metadata": {"name": name, "namespace": "default"},
             "spec": {
+                "nodeName": NODE,
                 "terminationGracePeriodSeconds": 1,
                 "containers": [
                     {
@@ -272,14 +185,16 @@ def test_a_pods_resize_is_the_kubelets_and_the_agent_moves_the_tier_without_reve
         wait_for(f"the agent's tier at {cpu}", lambda cpu=cpu: read(burstable) == _shares(int(cpu[:-1])), 30)  # type: ignore[misc]
         tier_ms.append((time.monotonic() - t0) * 1000)
     time.sleep(12)  # past one resync of the agent
-    assert all(v == 0 for v in agent.drift().values()), agent.drift()
+    assert agent.drift() == 0, agent.counters("kube_cgroup_agent_drift_total")
     assert read(burstable) == _shares(300)
     assert [e for e in agent.lines() if e.get("event") == "reconcile"], "the agent logged no pass"
     print(f"\ne2e-k8s: pods/resize -> Burstable cpu.shares current after {', '.join(f'{t:.0f}' for t in tier_ms)} ms")
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
+        data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
         Path(out).write_text(
             json.dumps(
                 {
+                    **data,
                     "kubelet": kubectl("get", "node", NODE, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}"),
                     "resize_to_tier_ms": tier_ms,
                     "cluster_up_s": float(os.environ.get("KCG_CLUSTER_UP_S", "0")),
@@ -342,13 +257,10 @@ def test_kill_9_mid_resize_loses_nothing(agent: Agent) -> None:
     _running("web")
     burstable = CPU / "burstable" / "cpu.shares"
     _resize("web", "500m", "600m")
-    assert agent.proc is not None
-    agent.stop(signal.SIGKILL)
-    time.sleep(0.5)
-    agent.start()
+    agent.kill9()
     wait_for("the tier after the restart", lambda: read(burstable) == _shares(500), 60)
     time.sleep(12)
-    assert all(v == 0 for v in agent.drift().values()), agent.drift()
+    assert agent.drift() == 0, agent.counters("kube_cgroup_agent_drift_total")
 
 
 def _vpa_status(cpu: str, lower: str, upper: str) -> str:
@@ -376,7 +288,7 @@ def test_vpa_in_place_through_the_kubelet_with_the_panic_button(agent: Agent) ->
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "shop", "namespace": "default"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "shop"}}, "template": {
             "metadata": {"labels": {"app": "shop"}},
-            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+            "spec": {"nodeSelector": PIN, "terminationGracePeriodSeconds": 1, "containers": [{
                 "name": "app", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "1000000"],
                 "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}}]}}},
     }
@@ -430,7 +342,7 @@ def test_vpa_never_shrinks_memory_below_what_the_container_holds(agent: Agent) -
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "holder", "namespace": "default"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "holder"}}, "template": {
             "metadata": {"labels": {"app": "holder"}},
-            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+            "spec": {"nodeSelector": PIN, "terminationGracePeriodSeconds": 1, "containers": [{
                 "name": "app", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", hold],
                 "resources": {"requests": {"cpu": "100m", "memory": "200Mi"}, "limits": {"cpu": "200m", "memory": "400Mi"}}}]}}},
     }
@@ -473,7 +385,7 @@ def test_vpa_infeasible_on_the_real_kubelet_is_reported_and_explained(agent: Age
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "greedy", "namespace": "default"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "greedy"}}, "template": {
             "metadata": {"labels": {"app": "greedy"}},
-            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+            "spec": {"nodeSelector": PIN, "terminationGracePeriodSeconds": 1, "containers": [{
                 "name": "app", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "1000000"],
                 "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}}]}}},
     }
@@ -503,14 +415,10 @@ def test_vpa_infeasible_on_the_real_kubelet_is_reported_and_explained(agent: Age
                                                   and e.get("pod") == f"default/{name}" and "lowers" in str(e.get("reason"))], 30)
     time.sleep(2)
     assert attempts() == 1 and not [e for e in agent.lines() if e.get("event") == "vpa.resize_failed" and e.get("pod") == f"default/{name}"]
-    explained = subprocess.run(
-        [str(Path(sys.executable).parent / "kube-cgroup-agent"), "explain", f"default/{name}", "--config", str(agent.config)],
-        capture_output=True, text=True, timeout=60,
-    )
-    assert explained.returncode == 0, explained.stderr
-    print(explained.stdout)
-    assert "VPA default/greedy: targetRef Deployment/greedy, updateMode InPlace, opted in" in explained.stdout
-    assert "last resize: Infeasible (" in explained.stdout and "lowers" in explained.stdout
+    explained = agent.exec("kube-cgroup-agent", "explain", f"default/{name}", "--config", AGENT_CONFIG)  # in its pod
+    print(explained)
+    assert "VPA default/greedy: targetRef Deployment/greedy, updateMode InPlace, opted in" in explained
+    assert "last resize: Infeasible (" in explained and "lowers" in explained
     # a lower recommendation is sent, and applied in place by the kubelet
     kubectl("patch", "vpa", "greedy", "--subresource", "status", "--type", "merge", "-p", _vpa_status("300m", "250m", "400m"))
     wait_for("the lower recommendation in the spec", lambda: json.loads(kubectl("get", "pod", name, "-o", "json"))
@@ -576,7 +484,7 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
             "kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible", "kube-cgroup-agent.io/grace-period-seconds": "1"}},
         "spec": {"replicas": 2, "serviceName": "web", "selector": {"matchLabels": {"app": "web"}}, "updateStrategy": {"type": "OnDelete"},
                  "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
-                     "terminationGracePeriodSeconds": 1, "readinessGates": [{"conditionType": "kube-cgroup-agent.io/InPlaceUpdateReady"}],
+                     "nodeSelector": PIN, "terminationGracePeriodSeconds": 1, "readinessGates": [{"conditionType": "kube-cgroup-agent.io/InPlaceUpdateReady"}],
                      "containers": [container("app", IMAGE), container("side", IMAGE)]}}},
     }
     kubectl("apply", "-f", "-", stdin=json.dumps(sts))
@@ -611,7 +519,7 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
     down = [_downtime(p, "side") for p in _sts_pods("web")]  # the sidecar's stop -> start, as the kubelet reports it
 
     # the admission policy: the agent's token may not change anything else on a pod
-    agent_kubeconfig = str(agent.config.parent / "kubeconfig")
+    agent_kubeconfig = agent.kubeconfig()
     denied = subprocess.run([KUBECTL, "--kubeconfig", agent_kubeconfig, "label", "pod", "web-0", "app=other", "--overwrite"],
                             capture_output=True, text=True, timeout=60)
     assert denied.returncode != 0 and "kube-cgroup-agent may change only the labels" in denied.stderr, denied.stderr
@@ -656,7 +564,7 @@ def test_a_daemonset_sidecar_image_update_is_in_place_and_an_env_change_recreate
         "metadata": {"name": "logd", "namespace": "default", "annotations": {"kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}},
         "spec": {"selector": {"matchLabels": {"app": "logd"}}, "updateStrategy": {"type": "OnDelete"},
                  "template": {"metadata": {"labels": {"app": "logd"}}, "spec": {
-                     "terminationGracePeriodSeconds": 1, "readinessGates": [{"conditionType": "kube-cgroup-agent.io/InPlaceUpdateReady"}],
+                     "nodeSelector": PIN, "terminationGracePeriodSeconds": 1, "readinessGates": [{"conditionType": "kube-cgroup-agent.io/InPlaceUpdateReady"}],
                      "containers": [container("app", IMAGE), container("side", IMAGE)]}}},
     }
     kubectl("apply", "-f", "-", stdin=json.dumps(ds))

@@ -1,0 +1,205 @@
+"""Five minutes beside the kubelet on both nodes, the agent as its DaemonSet (make e2e-k8s).
+
+Arrivals, resizes up and down and departures on each node, through the kubelet's 60 s QoS passes; on the
+systemd node two `systemctl daemon-reload`s and a `systemctl restart containerd`. Counted per node:
+- fights: values the agent found changed by someone else (kube_cgroup_agent_drift_total, before → after);
+- kubelet-owned writes: pod or container paths among what the agent logged it changed;
+- reverted after daemon-reload: the agent's tier values that a daemon-reload put back;
+- the tier's move after each event (its cpu file, read on the node), and the diff converged at the end.
+KCG_BESIDE_S shortens or lengthens the run (300 s by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e_k8s.nodes import (
+    IMAGE,
+    NODES,
+    V1_NODE,
+    V2_NODE,
+    NodeAgent,
+    compare,
+    kubectl,
+    node_exec,
+    pod_uid,
+    read_files,
+    wait_for,
+)
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("KCG_CLUSTER"), reason="needs the two-node cluster of make e2e-k8s (tests/e2e_k8s/cluster.sh)"
+)
+NS = "beside"
+DURATION_S = float(os.environ.get("KCG_BESIDE_S", "300"))
+TIER_CPU = {
+    V1_NODE: "/sys/fs/cgroup/cpu/realk8s/kubepods/burstable/cpu.shares",
+    V2_NODE: "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight",
+}
+SYSTEMD_FAULTS = ((0.3, "daemon-reload"), (0.55, "restart-containerd"), (0.8, "daemon-reload"))
+
+
+@dataclass
+class NodeRun:
+    node: str
+    agent: NodeAgent
+    drift_before: float
+    started: float = field(default_factory=time.monotonic)
+    events: int = 0
+    tier_s: list[float] = field(default_factory=list)
+    reverted: int = 0
+    reloads: int = 0
+    containerd_restarts: int = 0
+    serial: int = 0
+    alive: list[str] = field(default_factory=list)  # pods this run made that still exist
+    cpu_milli: dict[str, int] = field(default_factory=dict)
+
+
+def _pod(run: NodeRun, name: str, cpu: int) -> str:
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS, "labels": {"beside": "yes"}},
+        "spec": {"nodeName": run.node, "terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "app", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "1000000"],
+            "resources": {"requests": {"cpu": f"{cpu}m", "memory": "16Mi"},
+                          "limits": {"cpu": f"{2 * cpu}m", "memory": "64Mi"}}}]}})
+
+
+def _tier(node: str) -> str | None:
+    return read_files(node, [TIER_CPU[node]])[TIER_CPU[node]]
+
+
+def _tier_moves(run: NodeRun, before: str | None) -> None:
+    """The Burstable tier's CPU value leaves `before` (the agent's write: the kubelet's own pass may be a
+    minute away); the time it took is kept for the figure."""
+    t0 = time.monotonic()
+    wait_for(f"the Burstable tier on {run.node} to move from {before}", lambda: _tier(run.node) != before, 120, 0.2)
+    run.tier_s.append(time.monotonic() - t0)
+
+
+def _running(run: NodeRun, name: str) -> bool:
+    pod = json.loads(kubectl("get", "pod", "-n", NS, name, "-o", "json"))
+    return pod.get("status", {}).get("phase") == "Running"
+
+
+def _event(run: NodeRun) -> None:
+    """The next of: arrival, resize up, resize down, departure (cycled)."""
+    kind = ("arrive", "up", "down", "depart")[run.events % 4]
+    before = _tier(run.node)
+    if kind == "arrive" or not run.alive:
+        run.serial += 1
+        name = f"b{run.serial}-{'v2' if run.node == V2_NODE else 'v1'}"
+        run.cpu_milli[name] = 200
+        kubectl("apply", "-f", "-", stdin=_pod(run, name, 200))
+        run.alive.append(name)
+        _tier_moves(run, before)
+        wait_for(f"{name} Running", lambda: _running(run, name), 300, 1)
+    elif kind in ("up", "down"):
+        name = run.alive[-1]
+        cpu = run.cpu_milli[name] + (200 if kind == "up" else -100)
+        run.cpu_milli[name] = cpu
+        patch = {"spec": {"containers": [{"name": "app", "resources": {
+            "requests": {"cpu": f"{cpu}m", "memory": "16Mi"}, "limits": {"cpu": f"{2 * cpu}m", "memory": "64Mi"}}}]}}
+        kubectl("patch", "pod", "-n", NS, name, "--subresource", "resize", "--type", "strategic", "-p", json.dumps(patch))
+        _tier_moves(run, before)
+    else:
+        name = run.alive.pop(0)
+        kubectl("delete", "pod", "-n", NS, name, "--wait=false")
+        _tier_moves(run, before)
+    run.events += 1
+
+
+def _agent_values(run: NodeRun) -> dict[str, str | None]:
+    """The files the agent owns on this node (its tier values), as the node holds them now."""
+    diff = run.agent.diff()
+    paths = [f"/sys/fs/cgroup/{c['path']}" for c in diff["cgroups"] if pod_uid(c["path"]) is None]
+    return read_files(run.node, paths)
+
+
+def _systemd_fault(run: NodeRun, what: str) -> None:
+    before = _agent_values(run)
+    if what == "daemon-reload":
+        node_exec(run.node, "systemctl", "daemon-reload")
+        run.reloads += 1
+        time.sleep(2)  # systemd re-applies the units' properties as part of the reload; read after it
+        after = read_files(run.node, before)
+        run.reverted += sum(1 for p in before if after[p] != before[p])
+    else:
+        node_exec(run.node, "systemctl", "restart", "containerd")
+        run.containerd_restarts += 1
+        wait_for("containerd active again", lambda: node_exec(run.node, "systemctl", "is-active", "containerd").strip() == "active", 120)
+        wait_for(f"the agent on {run.node} Ready", run.agent.ready, 120, 2)
+
+
+def _kubelet_owned_writes(run: NodeRun) -> list[str]:
+    """Pod and container paths among what the agent logged it changed during the run."""
+    since = time.monotonic() - run.started + 5
+    changed = [p for line in run.agent.lines(since) if line.get("event") == "reconcile" for p in line.get("changed", [])]
+    return [p for p in changed if pod_uid(p) is not None]
+
+
+def _resources(run: NodeRun) -> tuple[float, float]:
+    """The agent's RSS (MiB) and CPU time (s) as the node counts them."""
+    pids = run.agent.host_pids()
+    text = node_exec(run.node, "sh", "-c", " ".join(f"cat /proc/{p}/stat; grep VmRSS /proc/{p}/status;" for p in pids))
+    rss_kb = sum(int(line.split()[1]) for line in text.splitlines() if line.startswith("VmRSS"))
+    ticks = sum(int(f[13]) + int(f[14]) for line in text.splitlines() if not line.startswith("VmRSS")
+                for f in [line.rsplit(")", 1)[1].split()] if f and len(f) > 13)
+    ticks_s = 100.0  # USER_HZ on Linux
+    return rss_kb / 1024, ticks / ticks_s
+
+
+def test_five_minutes_beside_the_kubelet_and_systemd() -> None:
+    kubectl("create", "namespace", NS, ok=(0, 1))
+    runs = {node: NodeRun(node, NodeAgent(node), NodeAgent(node).drift()) for node in NODES}
+    usage0 = {node: (_resources(run), time.monotonic()) for node, run in runs.items()}
+    faults = list(SYSTEMD_FAULTS)
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < DURATION_S:
+            for run in runs.values():
+                _event(run)
+            if faults and time.monotonic() - t0 >= faults[0][0] * DURATION_S:
+                _systemd_fault(runs[V2_NODE], faults.pop(0)[1])
+            time.sleep(5)
+        for _, what in faults:  # a short run still does every systemd fault
+            _systemd_fault(runs[V2_NODE], what)
+        report: dict[str, Any] = {}
+        for node, run in runs.items():
+            diff = run.agent.diff()
+            mine = {p["metadata"]["uid"] for p in json.loads(kubectl("get", "pods", "-n", NS, "-o", "json"))["items"]
+                    if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")}
+            result = compare(node, diff, mine)
+            fights = run.agent.drift() - run.drift_before
+            owned = _kubelet_owned_writes(run)
+            (rss0, cpu0), w0 = usage0[node]
+            rss, cpu = _resources(run)
+            cpu_pct = 100 * (cpu - cpu0) / (time.monotonic() - w0)
+            print(f"\ne2e-k8s beside {node}: {run.events} events ({run.reloads} daemon-reloads, "
+                  f"{run.containerd_restarts} containerd restarts) in {time.monotonic() - t0:.0f} s: fights "
+                  f"{fights:.0f}, drift {fights:.0f}, kubelet-owned writes {len(owned)}, values reverted after "
+                  f"daemon-reload {run.reverted}; tier moved after each event in median "
+                  f"{statistics.median(run.tier_s):.2f} s, max {max(run.tier_s):.2f} s; final diff "
+                  f"{result.compared} values, {len(result.disagreements)} disagreements; agent RSS {rss:.0f} MiB "
+                  f"(start {rss0:.0f}), CPU {cpu_pct:.2f} % of a core")
+            report[node] = {"events": run.events, "fights": fights, "kubelet_owned_writes": len(owned),
+                            "reverted_after_daemon_reload": run.reverted, "tier_move_s": run.tier_s,
+                            "agent_rss_mib": rss, "agent_cpu_pct": cpu_pct, "daemon_reloads": run.reloads,
+                            "containerd_restarts": run.containerd_restarts}
+            assert fights == 0, f"{node}: the agent found its values changed {fights:.0f} times"
+            assert not owned, f"{node}: the agent wrote what the kubelet owns: {owned[:5]}"
+            assert run.reverted == 0, f"{node}: {run.reverted} agent values reverted by daemon-reload"
+            assert not result.disagreements, "\n".join(map(str, result.disagreements))
+        assert runs[V2_NODE].reloads >= 2 and runs[V2_NODE].containerd_restarts >= 1
+        if out := os.environ.get("KCG_E2E_K8S_OUT"):
+            data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
+            Path(out).write_text(json.dumps({**data, "beside": report}, indent=2) + "\n")
+    finally:
+        kubectl("delete", "namespace", NS, "--wait=false", ok=(0, 1))

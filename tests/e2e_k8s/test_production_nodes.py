@@ -1,0 +1,187 @@
+"""Fidelity on both node kinds, the agent as its DaemonSet (make e2e-k8s; tests/e2e_k8s/cluster.sh).
+
+For every pod shape — Guaranteed, Burstable, BestEffort, several containers, a restartable init sidecar,
+an init container, pod-level resources, a `pods/resize` up and one down — each value the kubelet, the
+runtime (and, on the v2 node, systemd) holds equals what `kube-cgroup-agent diff --all` computes inside
+the agent's pod on that node: QoS and pod cgroups, container cgroups. On the systemd node each slice's unit
+properties (CPUWeight, CPUQuotaPerSecUSec, MemoryMax) agree with its files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e_k8s.nodes import (
+    AGENT_CONFIG,
+    IMAGE,
+    NODES,
+    V2_NODE,
+    Comparison,
+    NodeAgent,
+    compare,
+    kubectl,
+    node_exec,
+    property_disagreements,
+    wait_for,
+)
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("KCG_CLUSTER"), reason="needs the two-node cluster of make e2e-k8s (tests/e2e_k8s/cluster.sh)"
+)
+NS = "oracle"
+
+
+def _ctr(name: str, req: dict[str, str] | None = None, lim: dict[str, str] | None = None,
+         **extra: Any) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if req:
+        resources["requests"] = req
+    if lim:
+        resources["limits"] = lim
+    return {"name": name, "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "1000000"],
+            "resources": resources, **extra}
+
+
+def _init(name: str, req: dict[str, str] | None = None, lim: dict[str, str] | None = None,
+          sidecar: bool = False) -> dict[str, Any]:
+    c = _ctr(name, req, lim)
+    if sidecar:
+        c["restartPolicy"] = "Always"
+    else:
+        c["command"] = ["true"]
+    return c
+
+
+G = {"cpu": "200m", "memory": "64Mi"}
+SHAPES: dict[str, dict[str, Any]] = {
+    "guaranteed": {"containers": [_ctr("app", G, G)]},
+    "guaranteed-two": {"containers": [_ctr("app", G, G), _ctr("log", {"cpu": "100m", "memory": "32Mi"},
+                                                                {"cpu": "100m", "memory": "32Mi"})]},
+    "burstable": {"containers": [_ctr("app", {"cpu": "100m", "memory": "32Mi"}, {"cpu": "300m", "memory": "96Mi"})]},
+    "burstable-requests": {"containers": [_ctr("app", {"cpu": "150m", "memory": "48Mi"})]},
+    "burstable-three": {"containers": [
+        _ctr("a", {"cpu": "50m"}, {"cpu": "100m", "memory": "32Mi"}),
+        _ctr("b", {"memory": "16Mi"}),
+        _ctr("c", {"cpu": "250m", "memory": "64Mi"}, {"cpu": "500m", "memory": "128Mi"}),
+    ]},
+    "besteffort": {"containers": [_ctr("app")]},
+    "besteffort-two": {"containers": [_ctr("app"), _ctr("side")]},
+    "sidecar": {"initContainers": [_init("proxy", {"cpu": "100m", "memory": "32Mi"}, {"cpu": "200m", "memory": "64Mi"},
+                                         sidecar=True)],
+                "containers": [_ctr("app", {"cpu": "200m", "memory": "64Mi"}, {"cpu": "400m", "memory": "128Mi"})]},
+    "init-larger": {"initContainers": [_init("migrate", {"cpu": "700m", "memory": "96Mi"}, {"cpu": "700m", "memory": "96Mi"})],
+                    "containers": [_ctr("app", {"cpu": "100m", "memory": "32Mi"}, {"cpu": "200m", "memory": "64Mi"})]},
+    "pod-level": {"resources": {"requests": {"cpu": "300m", "memory": "64Mi"}, "limits": {"cpu": "600m", "memory": "128Mi"}},
+                  "containers": [_ctr("app", {"cpu": "100m", "memory": "32Mi"}), _ctr("side")]},
+    "pod-level-guaranteed": {"resources": {"requests": {"cpu": "400m", "memory": "96Mi"}, "limits": {"cpu": "400m", "memory": "96Mi"}},
+                             "containers": [_ctr("app"), _ctr("side")]},
+    "resize-up": {"containers": [_ctr("app", {"cpu": "100m", "memory": "32Mi"}, {"cpu": "200m", "memory": "64Mi"})]},
+    "resize-down": {"containers": [_ctr("app", {"cpu": "300m", "memory": "48Mi"}, {"cpu": "500m", "memory": "96Mi"})]},
+}
+RESIZES = {
+    "resize-up": {"requests": {"cpu": "250m", "memory": "32Mi"}, "limits": {"cpu": "400m", "memory": "96Mi"}},
+    "resize-down": {"requests": {"cpu": "150m", "memory": "48Mi"}, "limits": {"cpu": "200m", "memory": "96Mi"}},
+}
+
+
+def _short(node: str) -> str:
+    return "v2" if node == V2_NODE else "v1"
+
+
+def _manifest(node: str, shape: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{shape}-{_short(node)}", "namespace": NS, "labels": {"oracle": "yes"}},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, **json.loads(json.dumps(spec))}}
+
+
+def _pods(node: str) -> list[dict[str, Any]]:
+    items = json.loads(kubectl("get", "pods", "-n", NS, "-l", "oracle=yes", "--field-selector", f"spec.nodeName={node}",
+                               "-o", "json"))["items"]
+    return list(items)
+
+
+def _all_running(node: str) -> list[dict[str, Any]] | None:
+    pods = _pods(node)
+    if len(pods) != len(SHAPES):
+        return None
+    for p in pods:
+        statuses = p.get("status", {}).get("containerStatuses") or []
+        if p["status"].get("phase") != "Running" or not all(s.get("state", {}).get("running") for s in statuses):
+            return None
+    return pods
+
+
+def _resized(node: str) -> bool:
+    """The kubelet actuated both resizes: the containers' reported resources are the new spec."""
+    for shape, want in RESIZES.items():
+        pod = json.loads(kubectl("get", "pod", "-n", NS, f"{shape}-{_short(node)}", "-o", "json"))
+        conditions = {c["type"] for c in pod["status"].get("conditions") or []}
+        if conditions & {"PodResizePending", "PodResizeInProgress"}:
+            return False
+        status = pod["status"]["containerStatuses"][0].get("resources") or {}
+        if status.get("limits", {}).get("cpu") != want["limits"]["cpu"]:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def oracle_pods() -> Iterator[None]:
+    kubectl("create", "namespace", NS, ok=(0, 1))
+    docs = [_manifest(node, shape, spec) for node in NODES for shape, spec in SHAPES.items()]
+    kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    try:
+        for node in NODES:
+            wait_for(f"the oracle's pods Running on {node}", lambda node=node: _all_running(node), 600, 2)
+        for shape, resources in RESIZES.items():
+            for node in NODES:
+                patch = {"spec": {"containers": [{"name": "app", "resources": resources}]}}
+                kubectl("patch", "pod", "-n", NS, f"{shape}-{_short(node)}", "--subresource", "resize",
+                        "--type", "strategic", "-p", json.dumps(patch))
+        for node in NODES:
+            wait_for(f"the kubelet's resizes on {node}", lambda node=node: _resized(node), 300, 2)
+        yield
+    finally:
+        kubectl("delete", "namespace", NS, "--wait=false", ok=(0, 1))
+
+
+def _converged(agent: NodeAgent, uids: set[str]) -> tuple[dict[str, Any], Comparison]:
+    """Poll the diff until the node's files and the agent's computation agree (the kubelet writes a pod's
+    cgroup and its containers in steps), or give up and return the last comparison."""
+    last: list[tuple[dict[str, Any], Comparison]] = []
+
+    def agreed() -> bool:
+        diff = agent.diff()
+        last[:] = [(diff, compare(agent.node, diff, uids))]
+        return not last[0][1].disagreements
+
+    with contextlib.suppress(AssertionError):  # the caller asserts on the last comparison, with its details
+        wait_for(f"the files on {agent.node} and the agent's computation to agree", agreed, 180, 3)
+    return last[0]
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_every_value_the_kubelet_and_runtime_wrote_is_what_the_agent_computes(oracle_pods: None, node: str) -> None:
+    agent = NodeAgent(node)
+    uids = {p["metadata"]["uid"] for p in _pods(node)}
+    diff, result = _converged(agent, uids)
+    assert not diff["errors"], diff["errors"]
+    print(f"\ne2e-k8s oracle {node}: {result.compared} values compared over {result.pods} pods and "
+          f"{len(RESIZES)} resizes: {len(result.disagreements)} disagreements")
+    assert not result.disagreements, "\n".join(map(str, result.disagreements))
+    assert result.pods >= 12 and result.compared >= 150, result
+    if node == V2_NODE:
+        compared, bad = property_disagreements(node, diff)
+        print(f"e2e-k8s oracle {node}: {compared} systemd unit properties compared with their files: "
+              f"{len(bad)} disagreements")
+        assert compared >= 30 and not bad, "\n".join(bad)
+        # the runtime's shares→weight formula, named by explain, is the one the node's runc has
+        runc = node_exec(node, "runc", "--version").split()[2]
+        expect = "quadratic" if tuple(int(x) for x in runc.split("-")[0].split(".")[:3]) >= (1, 3, 2) else "linear"
+        explained = agent.exec("kube-cgroup-agent", "explain", "--config", AGENT_CONFIG, f"{NS}/burstable-v2")
+        assert f"containers by the runtime: {expect}" in explained, (runc, explained)
