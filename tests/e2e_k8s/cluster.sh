@@ -87,6 +87,20 @@ node_exec() {
 }
 
 # ------------------------------------------------------------------------------------------------ down
+iptables_down() {  # the chains the host's kubelet made (kube-proxy's own: stop.sh's kube-proxy --cleanup)
+  local ipt t c rule
+  for ipt in iptables ip6tables; do
+    command -v "$ipt" >/dev/null || continue
+    for t in filter nat mangle raw; do
+      "$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-A" && $2 !~ /^KUBE-/ && / -j KUBE-/' | while read -r rule; do
+        eval "\"$ipt\" -t $t -D ${rule#-A }"
+      done
+      for c in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do "$ipt" -t "$t" -F "$c"; done
+      for c in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do "$ipt" -t "$t" -X "$c"; done
+    done
+  done
+}
+
 net_down() {
   ip link show "$TAP" >/dev/null 2>&1 && ip link delete "$TAP"
   ip link show "$BR" >/dev/null 2>&1 && ip link delete "$BR"
@@ -98,7 +112,10 @@ guest_down() {  # power the guest off through the exec channel, then by PID afte
   pid=$(qemu_pid)
   if [ -n "$pid" ]; then
     log "guest (qemu pid $pid): poweroff through the share"
-    KCG_EXEC_TIMEOUT=15 guest_exec systemctl --no-block poweroff >/dev/null 2>&1 || true
+    # pods first: a sandbox's pause (busybox sleep as PID 1 of its namespace) ignores SIGTERM, and shutdown would
+    # wait 90 s for it
+    KCG_EXEC_TIMEOUT=20 guest_exec sh -c 'systemctl stop kubelet; systemctl kill -s KILL kubepods.slice;
+      systemctl --no-block poweroff' >/dev/null 2>&1 || true
     for t in $(seq 1 600); do alive "$pid" || break; sleep 0.1; done
     if alive "$pid"; then
       log "guest still up after 60 s: SIGTERM to qemu $pid"; kill -TERM "$pid" 2>/dev/null || true
@@ -128,8 +145,9 @@ down() {
   guest_down
   step "control plane and $NODE1 (stop.sh)"
   if [ -x "$TOOLS/stop.sh" ]; then bash "$TOOLS/stop.sh" | sed 's/^/  /'; else log "no $TOOLS/stop.sh"; fi
-  step "network, links"
+  step "network, links, the host kubelet's iptables chains"
   net_down
+  alive "$(pid_of "$S/kubelet.pid")" || iptables_down
   rm -rf "$LINKS"
   step ""
   log "down"
