@@ -362,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # environment still wins (GRPC_VERBOSITY=INFO to debug the transport).
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = parser().parse_args(argv)
-    if args.command != "run":
+    if argv is None and args.command != "run":  # a command line, not a call from code that owns the process
         yield_memory_to_the_daemon()
     if args.command == "version":
         from agent.version import describe

@@ -157,13 +157,17 @@ def compute_tiers_from_sums(sums: TierSums, cfg: ComputeConfig) -> tuple[TierCom
     if cfg.allocatable is not None or cfg.kubepods_size is not None:
         a = cfg.kubepods_size or cfg.allocatable
         assert a is not None
+        # hugetlb: the kubelet's node-allocatable enforcement writes the allocatable huge pages once at start,
+        # but kubepods is also the Guaranteed tier, which its QoS pass (at start, on admission, every 60 s)
+        # sets unbounded like the other two (setHugePagesUnbounded): that is the value the node keeps.
         node_values = CgroupValues(
             cpu_shares=milli_cpu_to_shares(a.cpu_milli) if a.cpu_milli is not None else None,
             memory_limit=a.memory,
-            hugetlb={s: a.hugepages[s] for s in cfg.hugepage_sizes if s in a.hugepages},
+            hugetlb=unbounded,
         )
         what = "capacity (enforceNodeAllocatable has no pods)" if cfg.kubepods_size else "allocatable"
-        node.append(f"sized from {what}: cpu {a.cpu_milli}m, memory {a.memory} bytes")
+        node.append(f"sized from {what}: cpu {a.cpu_milli}m, memory {a.memory} bytes; hugetlb unbounded "
+                    "(the kubelet's QoS pass treats kubepods as the Guaranteed tier)")
     else:
         node.append("no allocatable given: the kubepods root is left as it is")
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from agent.cli import yield_memory_to_the_daemon
 
-_AFTER = "from agent.cli import main; main({argv!r}); print(open('/proc/self/oom_score_adj').read().strip())"
+_AFTER = ("import sys; from agent.cli import main; sys.argv = ['kube-cgroup-agent', *{argv!r}]; main(); "
+          "print(open('/proc/self/oom_score_adj').read().strip())")
 
 
 def _score_after(argv: list[str]) -> str:
@@ -25,12 +26,21 @@ def test_a_command_raises_its_own_oom_score(tmp_path: Path) -> None:
     assert _score_after(["diff", "--pods", str(pods), "--cgroupfs", str(tmp_path)]) == "1000"
 
 
-def test_the_daemon_keeps_its_score() -> None:
-    # `run --help` exits in argparse before anything runs; the score is the parent's
-    code = "import sys\nfrom agent.cli import main\ntry:\n    main(['run', '--help'])\nexcept SystemExit:\n    pass\n" \
-           "print(open('/proc/self/oom_score_adj').read().strip())"
+def test_the_daemon_and_code_calling_main_keep_their_score() -> None:
+    parent = Path("/proc/self/oom_score_adj").read_text().strip()
+    # `run` with a bad config stops before anything runs; the score is the parent's
+    code = ("import sys; from agent.cli import main; sys.argv = ['kube-cgroup-agent', 'run', '--config', '/nonexistent']; "
+            "main(); print(open('/proc/self/oom_score_adj').read().strip())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False).stdout
+    assert out.strip().splitlines()[-1] == parent
+    # a caller that hands main its own argv keeps its process as it is (tests, embedding programs)
+    assert _score_in_code(["version"]) == parent
+
+
+def _score_in_code(argv: list[str]) -> str:
+    code = f"from agent.cli import main; main({argv!r}); print(open('/proc/self/oom_score_adj').read().strip())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == Path("/proc/self/oom_score_adj").read_text().strip()
+    return out.strip().splitlines()[-1]
 
 
 def test_a_proc_that_refuses_is_not_an_error(tmp_path: Path) -> None:

@@ -146,7 +146,7 @@ def test_the_daemonset_runs_everywhere_with_only_the_privileges_it_needs() -> No
     from cgroupfs.systemd.bus import DEFAULT_SYSTEM_BUS_ADDRESS
 
     dbus = next(m for m in c.volume_mounts if m.name == "dbus")
-    assert DEFAULT_SYSTEM_BUS_ADDRESS == f"unix:path={dbus.mount_path}/system_bus_socket" and dbus.read_only
+    assert f"unix:path={dbus.mount_path}/system_bus_socket" == DEFAULT_SYSTEM_BUS_ADDRESS and dbus.read_only
     assert next(v for v in spec.volumes if v.name == "dbus").host_path.type == "DirectoryOrCreate"
     # the runtime's default AppArmor profile refuses D-Bus where the kernel mediates it; seccomp stays default
     assert sc.app_armor_profile.type == "Unconfined"

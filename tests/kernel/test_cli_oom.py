@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +35,9 @@ def test_at_the_limit_the_kernel_kills_the_command_not_the_daemon(kernel_root: K
     pod = kernel_root.mkdirs("memory", "agent-pod")
     kernel_root.files.write(f"{pod}/memory.limit_in_bytes", str(192 * MI))
     daemon = kernel_root.start_hog(pod, 110)  # the daemon: the larger RSS in the pod
+    # the premise: the daemon's score is not already the highest (a parent that raised its own would pass
+    # it on, and a tie goes to the larger RSS)
+    assert int(Path(f"/proc/{daemon.pid}/oom_score_adj").read_text()) < 1000
     command = subprocess.Popen(
         [sys.executable, "-c", _COMMAND, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
