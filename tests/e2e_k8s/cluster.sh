@@ -254,7 +254,9 @@ net_up() {
   ip tuntap add dev "$TAP" mode tap
   ip link set "$TAP" master "$BR"
   ip link set "$TAP" up
-  log "$BR $BR_IP/$PREFIX, $TAP attached (guest $GUEST_IP)"
+  # processes of this host (tests, the API server) reach the guest's pods; the host forwards nothing itself
+  ip route add "$POD_CIDR2" via "$GUEST_IP" dev "$BR"
+  log "$BR $BR_IP/$PREFIX, $TAP attached (guest $GUEST_IP, its pods $POD_CIDR2 routed to it)"
 }
 
 guest_share() {  # the per-run files of the guest, before it boots (certificates come later: pki/ready)
