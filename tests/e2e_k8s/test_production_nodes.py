@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -173,10 +174,13 @@ def test_every_value_the_kubelet_and_runtime_wrote_is_what_the_agent_computes(or
     assert not diff["errors"], diff["errors"]
     print(f"\ne2e-k8s oracle {node}: {result.compared} values compared over {result.pods} pods and "
           f"{len(RESIZES)} resizes: {len(result.disagreements)} disagreements")
+    record: dict[str, Any] = {"compared": result.compared, "pods": result.pods, "resizes": len(RESIZES),
+                              "disagreements": len(result.disagreements)}
     assert not result.disagreements, "\n".join(map(str, result.disagreements))
     assert result.pods >= 12 and result.compared >= 150, result
     if node == V2_NODE:
         compared, bad = property_disagreements(node, diff)
+        record |= {"unit_properties": compared, "unit_property_disagreements": len(bad)}
         print(f"e2e-k8s oracle {node}: {compared} systemd unit properties compared with their files: "
               f"{len(bad)} disagreements")
         assert compared >= 30 and not bad, "\n".join(bad)
@@ -185,3 +189,8 @@ def test_every_value_the_kubelet_and_runtime_wrote_is_what_the_agent_computes(or
         expect = "quadratic" if tuple(int(x) for x in runc.split("-")[0].split(".")[:3]) >= (1, 3, 2) else "linear"
         explained = agent.exec("kube-cgroup-agent", "explain", "--config", AGENT_CONFIG, f"{NS}/burstable-v2")
         assert f"containers by the runtime: {expect}" in explained, (runc, explained)
+        record |= {"runc": runc, "container_weight_formula": expect}
+    if out := os.environ.get("KCG_E2E_K8S_OUT"):
+        data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
+        data.setdefault("oracle", {})[node] = record
+        Path(out).write_text(json.dumps(data, indent=2) + "\n")
