@@ -54,7 +54,9 @@ rm -rf "$M"/kernel/drivers/{gpu,media,net/wireless,net/ethernet,infiniband,stagi
        "$M"/kernel/arch/x86/kvm  # udev would load these for q35's AHCI/ICH9/SVM under TCG: seconds of boot
 in_root depmod -a "$(basename "$M")"
 printf 'MODULES=list\nCOMPRESS=zstd\n' > "$R/etc/initramfs-tools/conf.d/ci.conf"
-printf 'virtio_pci\nvirtio_blk\next4\n' >> "$R/etc/initramfs-tools/modules"
+# 9pnet_virtio too: loaded by systemd-modules-load it raced the fstab mounts ("9pnet_virtio: no channels
+# available for device src": the second share was not probed yet and its mount failed for good)
+printf 'virtio_pci\nvirtio_blk\next4\n9pnet_virtio\n9p\n' >> "$R/etc/initramfs-tools/modules"
 in_root update-initramfs -u -k all >/dev/null 2>&1
 
 if [ "$WHEELS" != - ]; then
