@@ -41,7 +41,7 @@ e2e-v2: venv
 	bash tests/v2guest/run.sh
 
 # The agent beside a real v1.36 kubelet on this machine (outside CI; README "A real cluster").
-e2e-k8s: venv
+e2e-k8s: venv image
 	bash tests/e2e_k8s/run.sh
 
 # Fault injection, SIGKILLs and soak on this host's real cgroup v1 files (root); RELIABILITY.md has the

@@ -7,6 +7,7 @@ several daemons in one process and read each one's numbers. Both servers bind wh
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,10 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from agent.logging import get_logger
+
+log = get_logger("agent.metrics")
 
 PREFIX: Final = "kube_cgroup_agent"
 RESIZE_STATES: Final = ("Proposed", "InProgress", "Deferred", "Infeasible", "Done", "Error")
@@ -160,16 +165,28 @@ def _handler(routes: dict[str, Callable[[], tuple[int, str, bytes]]]) -> type[Ba
                 code, ctype, body = 404, "text/plain", b"not found\n"
             else:
                 code, ctype, body = route()
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the client gave up (a probe's timeout): nothing to answer, nothing to report
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
             return  # probes every few seconds would drown the log
 
     return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hangs up mid-request (a probe's timeout) is one debug line, not a traceback on
+        stderr among the daemon's JSON."""
+        log.debug("http.client_error", client=str(client_address), error=repr(sys.exc_info()[1]))
 
 
 def _probe(check: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[int, str, bytes]]:
@@ -197,8 +214,7 @@ class Endpoints:
             self._serve(health_address, health_routes)
 
     def _serve(self, address: str, routes: dict[str, Callable[[], tuple[int, str, bytes]]]) -> None:
-        server = ThreadingHTTPServer(split_address(address), _handler(routes))
-        server.daemon_threads = True
+        server = _Server(split_address(address), _handler(routes))
         thread = threading.Thread(target=server.serve_forever, name=f"http-{address}", daemon=True)
         thread.start()
         self._servers.append(server)

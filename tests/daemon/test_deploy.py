@@ -126,6 +126,9 @@ def test_the_daemonset_runs_everywhere_with_only_the_privileges_it_needs() -> No
     env = {e.name: e.value_from.field_ref.field_path for e in c.env if e.value_from}
     assert env["NODE_NAME"] == "spec.nodeName"
     assert c.liveness_probe.http_get.path == "/healthz" and c.readiness_probe.http_get.path == "/readyz"
+    # liveness only once the process listens: a slow start is not a hang (5 minutes to answer /healthz)
+    assert c.startup_probe.http_get.path == "/healthz"
+    assert c.startup_probe.period_seconds * c.startup_probe.failure_threshold >= 300
     ports = {p.name: p.container_port for p in c.ports}
     assert f"--health-bind-address=$(POD_IP):{ports['health']}" in c.args
     for kind in ("requests", "limits"):

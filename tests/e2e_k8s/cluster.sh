@@ -479,6 +479,9 @@ for doc in yaml.safe_load_all(sys.stdin):
         bad = {k: got.get(k) for k in want if got.get(k) != want[k]}
         sys.exit(f"deploy/overlays/realk8s: volumes {bad} (deploy/base reordered its volumes? fix the patch indexes)" if bad else 0)
 sys.exit("deploy/overlays/realk8s renders no DaemonSet")' || die "the realk8s overlay does not render as expected"
+  # the VPA project's CRDs first (the tests' VPAs): the agent's VPA component looks for them at start
+  kc apply -f "$HERE/vpa-v1-crd.yaml" | sed 's/^/  /'
+  kc wait --for condition=established --timeout=60s crd/verticalpodautoscalers.autoscaling.k8s.io >/dev/null
   kc apply -k "$overlay" | sed 's/^/  /'
 }
 
