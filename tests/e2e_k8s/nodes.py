@@ -159,12 +159,14 @@ class NodeAgent:
 
 def normalised(filename: str, value: str | None) -> str | None:
     """A file's value as the kernel means it: v1 reads an unlimited memory limit back as a page-counter
-    ceiling, v2 writes `max`."""
+    ceiling, v2 writes `max`; memory limits are kept in whole pages (100M reads back as 99999744)."""
     if value is None:
         return None
     if filename.startswith(("memory.", "hugetlb.")) and value not in ("max", "-1"):
         number = int(value)
-        return "max" if number >= 9223372036854771712 - (1 << 21) else str(number)
+        if number >= 9223372036854771712 - (1 << 21):
+            return "max"
+        return str(number - number % 4096) if filename.startswith("memory.") else str(number)
     if value == "-1" and filename.startswith(("memory.", "hugetlb.")):
         return "max"
     return value

@@ -25,6 +25,6 @@ grep -E '^\[cluster .*===' "$RK/cluster-up.log" || true
 echo "e2e-k8s: two-node cluster up in $up s (log: $RK/cluster-up.log)"
 KUBECONFIG=$RK/kubeconfig KCG_REALK8S=$RK KCG_CLUSTER=1 KCG_CLUSTER_UP_S=$up \
   KCG_E2E_K8S_OUT=bench/results/e2e_k8s.json \
-  .venv/bin/pytest -q -p no:cacheprovider tests/e2e_k8s ${PYTEST_ARGS:-} "$@"
+  .venv/bin/pytest -q -rA -p no:cacheprovider tests/e2e_k8s ${PYTEST_ARGS:-} "$@"
 .venv/bin/python -c 'from pathlib import Path; from bench.report import write_markdown; write_markdown(Path("bench/results"))'
 echo "e2e-k8s: figure 8 of BENCHMARKS.md rewritten from bench/results/e2e_k8s.json"

@@ -150,8 +150,9 @@ def _resources(run: NodeRun) -> tuple[float, float]:
     pids = run.agent.host_pids()
     text = node_exec(run.node, "sh", "-c", " ".join(f"cat /proc/{p}/stat; grep VmRSS /proc/{p}/status;" for p in pids))
     rss_kb = sum(int(line.split()[1]) for line in text.splitlines() if line.startswith("VmRSS"))
-    ticks = sum(int(f[13]) + int(f[14]) for line in text.splitlines() if not line.startswith("VmRSS")
-                for f in [line.rsplit(")", 1)[1].split()] if f and len(f) > 13)
+    # /proc/PID/stat after "(comm)": state is field 3, utime and stime fields 14 and 15
+    ticks = sum(int(f[11]) + int(f[12]) for line in text.splitlines() if not line.startswith("VmRSS")
+                for f in [line.rsplit(")", 1)[1].split()] if len(f) > 12)
     ticks_s = 100.0  # USER_HZ on Linux
     return rss_kb / 1024, ticks / ticks_s
 

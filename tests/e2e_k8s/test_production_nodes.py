@@ -59,35 +59,40 @@ def _init(name: str, req: dict[str, str] | None = None, lim: dict[str, str] | No
     return c
 
 
-G = {"cpu": "200m", "memory": "64Mi"}
+G = {"cpu": "100m", "memory": "64Mi"}
+# CPU requests sum to about 1.4 CPUs per node, within the 1.9 the guest node allocates beside the agent
 SHAPES: dict[str, dict[str, Any]] = {
     "guaranteed": {"containers": [_ctr("app", G, G)]},
-    "guaranteed-two": {"containers": [_ctr("app", G, G), _ctr("log", {"cpu": "100m", "memory": "32Mi"},
-                                                                {"cpu": "100m", "memory": "32Mi"})]},
-    "burstable": {"containers": [_ctr("app", {"cpu": "100m", "memory": "32Mi"}, {"cpu": "300m", "memory": "96Mi"})]},
-    "burstable-requests": {"containers": [_ctr("app", {"cpu": "150m", "memory": "48Mi"})]},
+    "guaranteed-two": {"containers": [_ctr("app", G, G), _ctr("log", {"cpu": "50m", "memory": "32Mi"},
+                                                                {"cpu": "50m", "memory": "32Mi"})]},
+    "burstable": {"containers": [_ctr("app", {"cpu": "50m", "memory": "32Mi"}, {"cpu": "150m", "memory": "96Mi"})]},
+    "burstable-requests": {"containers": [_ctr("app", {"cpu": "70m", "memory": "48Mi"})]},
     "burstable-three": {"containers": [
-        _ctr("a", {"cpu": "50m"}, {"cpu": "100m", "memory": "32Mi"}),
+        _ctr("a", {"cpu": "20m"}, {"cpu": "50m", "memory": "32Mi"}),
         _ctr("b", {"memory": "16Mi"}),
-        _ctr("c", {"cpu": "250m", "memory": "64Mi"}, {"cpu": "500m", "memory": "128Mi"}),
+        _ctr("c", {"cpu": "100m", "memory": "64Mi"}, {"cpu": "200m", "memory": "128Mi"}),
     ]},
     "besteffort": {"containers": [_ctr("app")]},
     "besteffort-two": {"containers": [_ctr("app"), _ctr("side")]},
-    "sidecar": {"initContainers": [_init("proxy", {"cpu": "100m", "memory": "32Mi"}, {"cpu": "200m", "memory": "64Mi"},
+    "sidecar": {"initContainers": [_init("proxy", {"cpu": "50m", "memory": "32Mi"}, {"cpu": "100m", "memory": "64Mi"},
                                          sidecar=True)],
-                "containers": [_ctr("app", {"cpu": "200m", "memory": "64Mi"}, {"cpu": "400m", "memory": "128Mi"})]},
-    "init-larger": {"initContainers": [_init("migrate", {"cpu": "700m", "memory": "96Mi"}, {"cpu": "700m", "memory": "96Mi"})],
-                    "containers": [_ctr("app", {"cpu": "100m", "memory": "32Mi"}, {"cpu": "200m", "memory": "64Mi"})]},
-    "pod-level": {"resources": {"requests": {"cpu": "300m", "memory": "64Mi"}, "limits": {"cpu": "600m", "memory": "128Mi"}},
-                  "containers": [_ctr("app", {"cpu": "100m", "memory": "32Mi"}), _ctr("side")]},
-    "pod-level-guaranteed": {"resources": {"requests": {"cpu": "400m", "memory": "96Mi"}, "limits": {"cpu": "400m", "memory": "96Mi"}},
+                "containers": [_ctr("app", {"cpu": "100m", "memory": "64Mi"}, {"cpu": "200m", "memory": "128Mi"})]},
+    "init-larger": {"initContainers": [_init("migrate", {"cpu": "200m", "memory": "96Mi"}, {"cpu": "200m", "memory": "96Mi"})],
+                    "containers": [_ctr("app", {"cpu": "50m", "memory": "32Mi"}, {"cpu": "100m", "memory": "64Mi"})]},
+    "pod-level": {"resources": {"requests": {"cpu": "150m", "memory": "64Mi"}, "limits": {"cpu": "300m", "memory": "128Mi"}},
+                  "containers": [_ctr("app", {"cpu": "50m", "memory": "32Mi"}), _ctr("side")]},
+    "pod-level-guaranteed": {"resources": {"requests": {"cpu": "200m", "memory": "96Mi"}, "limits": {"cpu": "200m", "memory": "96Mi"}},
                              "containers": [_ctr("app"), _ctr("side")]},
-    "resize-up": {"containers": [_ctr("app", {"cpu": "100m", "memory": "32Mi"}, {"cpu": "200m", "memory": "64Mi"})]},
-    "resize-down": {"containers": [_ctr("app", {"cpu": "300m", "memory": "48Mi"}, {"cpu": "500m", "memory": "96Mi"})]},
+    "guaranteed-four": {"containers": [_ctr(n, {"cpu": "10m", "memory": "16Mi"}, {"cpu": "10m", "memory": "16Mi"})
+                                       for n in ("a", "b", "c", "d")]},
+    "burstable-four": {"containers": [_ctr(n, {"cpu": "10m", "memory": "8Mi"}, {"cpu": "30m", "memory": "24Mi"})
+                                      for n in ("a", "b", "c", "d")]},
+    "resize-up": {"containers": [_ctr("app", {"cpu": "50m", "memory": "32Mi"}, {"cpu": "100m", "memory": "64Mi"})]},
+    "resize-down": {"containers": [_ctr("app", {"cpu": "150m", "memory": "48Mi"}, {"cpu": "250m", "memory": "96Mi"})]},
 }
 RESIZES = {
-    "resize-up": {"requests": {"cpu": "250m", "memory": "32Mi"}, "limits": {"cpu": "400m", "memory": "96Mi"}},
-    "resize-down": {"requests": {"cpu": "150m", "memory": "48Mi"}, "limits": {"cpu": "200m", "memory": "96Mi"}},
+    "resize-up": {"requests": {"cpu": "120m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "96Mi"}},
+    "resize-down": {"requests": {"cpu": "80m", "memory": "48Mi"}, "limits": {"cpu": "100m", "memory": "96Mi"}},
 }
 
 
