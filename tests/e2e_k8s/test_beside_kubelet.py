@@ -160,6 +160,9 @@ def _others_milli(but: str = "web") -> int:
     """The CPU requests of the node's other Burstable pods (the agent's own among them), which the tier
     counts too; waits until no pod of the node is terminating, so the sum is what the kubelet counts."""
     def settled() -> list[dict[str, Any]] | None:
+        # a namespace being deleted (another module's) marks its pods a moment later: wait for it to go
+        if "Terminating" in kubectl("get", "namespaces", "-o", "jsonpath={.items[*].status.phase}"):
+            return None
         pods = json.loads(kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={NODE}", "-o", "json"))["items"]
         return None if any(p["metadata"].get("deletionTimestamp") for p in pods) else (pods or None)
 

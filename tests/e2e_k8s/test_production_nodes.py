@@ -114,6 +114,9 @@ def _pods(node: str) -> list[dict[str, Any]]:
 
 def _all_running(node: str) -> list[dict[str, Any]] | None:
     pods = _pods(node)
+    rejected = [f"{p['metadata']['name']}: {p['status'].get('reason')} {p['status'].get('message', '')}"
+                for p in pods if p.get("status", {}).get("phase") == "Failed"]
+    assert not rejected, f"the kubelet of {node} refused: {rejected}"
     if len(pods) != len(SHAPES):
         return None
     for p in pods:
@@ -136,8 +139,19 @@ def _resized(node: str) -> bool:
     return True
 
 
+def _nodes_quiet() -> bool:
+    """No namespace being deleted, no pod terminating: what other modules left has gone, so the kubelets
+    admit the oracle's pods against their own allocatable alone."""
+    if "Terminating" in kubectl("get", "namespaces", "-o", "jsonpath={.items[*].status.phase}"):
+        return False
+    pods = json.loads(kubectl("get", "pods", "-A", "-o", "json"))["items"]
+    return not any(p["metadata"].get("deletionTimestamp") for p in pods)
+
+
 @pytest.fixture(scope="module")
 def oracle_pods() -> Iterator[None]:
+    wait_for("the other modules' pods to be gone", _nodes_quiet, 300, 2)
+    kubectl("delete", "deployment,statefulset,daemonset,pod", "--all", "-n", "default", "--wait=true", timeout=300)
     kubectl("create", "namespace", NS, ok=(0, 1))
     docs = [_manifest(node, shape, spec) for node in NODES for shape, spec in SHAPES.items()]
     kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
