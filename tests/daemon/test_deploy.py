@@ -156,7 +156,7 @@ def test_the_daemonset_runs_everywhere_with_only_the_privileges_it_needs() -> No
     # the daemon's measured RSS fits its request, and a command beside it fits the limit (README)
     from kubernetes.utils import parse_quantity
 
-    assert parse_quantity(c.resources.requests["memory"]) >= 160 * 2**20
+    assert parse_quantity(c.resources.requests["memory"]) >= 171 * 2**20  # measured in the pod
     assert parse_quantity(c.resources.limits["memory"]) >= 2 * parse_quantity(c.resources.requests["memory"])
 
 
