@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -204,8 +205,9 @@ def test_every_value_the_kubelet_and_runtime_wrote_is_what_the_agent_computes(or
               f"{len(bad)} disagreements")
         assert compared >= 30 and not bad, "\n".join(bad)
         # the runtime's shares→weight formula, named by explain, is the one the node's runc has
-        runc = node_exec(node, "runc", "--version").split()[2]
-        expect = "quadratic" if tuple(int(x) for x in runc.split("-")[0].split(".")[:3]) >= (1, 3, 2) else "linear"
+        runc = node_exec(node, "runc", "--version").split()[2]  # e.g. "1.1.5+ds1" (Debian's)
+        release = tuple(int(x) for x in re.findall(r"\d+", runc)[:3])
+        expect = "quadratic" if release >= (1, 3, 2) else "linear"
         explained = agent.exec("kube-cgroup-agent", "explain", "--config", AGENT_CONFIG, f"{NS}/burstable-v2")
         assert f"containers by the runtime: {expect}" in explained, (runc, explained)
         record |= {"runc": runc, "container_weight_formula": expect}
