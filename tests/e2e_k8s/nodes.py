@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = Path(__file__).with_name("cluster.sh")
 RK = Path(os.environ.get("KCG_REALK8S", "/var/cache/realk8s"))
@@ -31,6 +33,10 @@ AGENT_LABEL = "app.kubernetes.io/name=kube-cgroup-agent"
 AGENT_CONFIG = "/etc/kube-cgroup-agent/config.yaml"
 IMAGE = "docker.io/library/cri-e2e-busybox:1"
 T = TypeVar("T")
+# every module of the tier runs only on the cluster of make e2e-k8s
+needs_cluster = pytest.mark.skipif(
+    not os.environ.get("KCG_CLUSTER"), reason="needs the two-node cluster of make e2e-k8s (tests/e2e_k8s/cluster.sh)"
+)
 
 
 def kubectl(*args: str, stdin: str | None = None, timeout: float = 120, ok: Sequence[int] = (0,)) -> str:
@@ -41,7 +47,7 @@ def kubectl(*args: str, stdin: str | None = None, timeout: float = 120, ok: Sequ
     return done.stdout
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 120.0, every_s: float = 0.5) -> T:
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 120.0, every_s: float = 0.2) -> T:
     """Poll until `probe` returns something truthy; the deadline only bounds a hang."""
     deadline = time.monotonic() + timeout_s
     while True:

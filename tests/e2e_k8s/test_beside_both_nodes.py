@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.e2e_k8s.nodes import (
     IMAGE,
     NODES,
@@ -29,15 +27,14 @@ from tests.e2e_k8s.nodes import (
     NodeAgent,
     compare,
     kubectl,
+    needs_cluster,
     node_exec,
     pod_uid,
     read_files,
     wait_for,
 )
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("KCG_CLUSTER"), reason="needs the two-node cluster of make e2e-k8s (tests/e2e_k8s/cluster.sh)"
-)
+pytestmark = needs_cluster
 NS = "beside"
 DURATION_S = float(os.environ.get("KCG_BESIDE_S", "300"))
 TIER_CPU = {

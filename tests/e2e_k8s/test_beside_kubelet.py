@@ -22,16 +22,26 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes.utils import parse_quantity
 
-from tests.e2e_k8s.nodes import AGENT_CONFIG, AGENT_NS, RK, V1_NODE, NodeAgent, kubectl, node_exec
+from tests.e2e_k8s.nodes import (
+    AGENT_CONFIG,
+    AGENT_NS,
+    RK,
+    V1_NODE,
+    NodeAgent,
+    kubectl,
+    needs_cluster,
+    node_exec,
+    wait_for,
+)
 
 KUBECTL = str(RK / "bin" / "kubectl")
 NODE = V1_NODE
@@ -39,23 +49,8 @@ CPU = Path("/sys/fs/cgroup/cpu/realk8s/kubepods")
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "docker.io/library/cri-e2e-busybox:1"
 PIN = {"kubernetes.io/hostname": NODE}  # every pod of this module on the v1 node
-T = TypeVar("T")
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("KCG_CLUSTER"), reason="needs the two-node cluster of make e2e-k8s (tests/e2e_k8s/cluster.sh)"
-)
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 120.0) -> T:
-    """Poll until `probe` returns something truthy; the deadline only bounds a hang."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
+pytestmark = needs_cluster
 
 
 def read(path: Path) -> str:

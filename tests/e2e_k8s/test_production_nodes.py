@@ -28,14 +28,13 @@ from tests.e2e_k8s.nodes import (
     NodeAgent,
     compare,
     kubectl,
+    needs_cluster,
     node_exec,
     property_disagreements,
     wait_for,
 )
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("KCG_CLUSTER"), reason="needs the two-node cluster of make e2e-k8s (tests/e2e_k8s/cluster.sh)"
-)
+pytestmark = needs_cluster
 NS = "oracle"
 
 
