@@ -4,6 +4,11 @@ Why: the agent and another writer (a kubelet's 60 s QoS pass, systemd re-applyin
 runtime, an operator with echo) can undo each other forever. The agent re-applies a reverted value with
 exponential backoff; after `max_reverts` reverts it stops fighting, says so once with the likely owner,
 and waits until the value it wants changes (a new pod spec) or the other writer goes away.
+
+A pod's files carry an epoch, the pod's `metadata.generation`: a kubelet that resizes pods in place
+rewrites the pod cgroup from the new spec, so a change that follows a new generation is the kubelet
+doing its job, not drift. The agent writes its own value again (the pod-level annotation's limit) and
+counts nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class Decision:
 @dataclass(slots=True)
 class _Record:
     desired: str
+    epoch: int | None = None  # the pod's generation the record belongs to (None: not a pod's file)
     written_at: float | None = None  # when the agent last wrote `desired`
     reverts: int = 0
     counted: bool = False  # the current revert is already counted (not written since)
@@ -48,11 +54,12 @@ class DriftTracker:
         self._records: dict[str, _Record] = {}
         self._contested: set[str] = set()  # paths whose record counts reverts or is yielded
 
-    def decide(self, path: str, desired: str, now: float) -> Decision:
-        """For a file whose current value differs from `desired`."""
+    def decide(self, path: str, desired: str, now: float, epoch: int | None = None) -> Decision:
+        """For a file whose current value differs from `desired`; `epoch` is the pod's generation for a
+        pod's file (a new one starts a new record: the kubelet's resize is not a revert)."""
         rec = self._records.get(path)
-        if rec is None or rec.desired != desired:
-            self._records[path] = _Record(desired)
+        if rec is None or rec.desired != desired or (epoch is not None and rec.epoch != epoch):
+            self._records[path] = _Record(desired, epoch)
             self._contested.discard(path)
             return Decision(Action.APPLY)
         if rec.written_at is None:
@@ -117,8 +124,10 @@ class DriftTracker:
     def restore(self, data: Mapping[str, Mapping[str, Any]]) -> None:
         for path, raw in data.items():
             try:
+                epoch = raw.get("epoch")
                 self._records[str(path)] = _Record(
                     desired=str(raw["desired"]),
+                    epoch=int(epoch) if epoch is not None else None,
                     written_at=float("-inf") if raw.get("written_at") is not None else None,
                     reverts=int(raw.get("reverts", 0)),
                     counted=bool(raw.get("counted", False)),

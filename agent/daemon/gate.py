@@ -123,6 +123,7 @@ class Gate:
         hold: float | None = None
         systemd = self.systemd
         pod_level = _pods_with_pod_level_limits(node.computation)
+        generations = {p.pod.key: p.pod.generation for p in node.computation.pods}
         with self._lock:
             for f in node.files:
                 path = f.setting.path
@@ -134,7 +135,8 @@ class Gate:
                     files.append(replace(f, differs=False))
                     continue
                 thing = thing_of(f, f.desired.pod in pod_level)
-                decision = self.drift.decide(path, f.setting.value, now)
+                epoch = generations.get(f.desired.pod or "") if f.desired.owner is FileOwner.POD else None
+                decision = self.drift.decide(path, f.setting.value, now, epoch)
                 if decision.action is Action.APPLY:
                     files.append(f)
                     if decision.drift:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,26 @@ def test_a_damaged_drift_record_file_starts_empty_with_a_warning(node: ResizeNod
     rec = EngineReconciler(node.engine(), gate=gate)
     warnings = rec.start(node.views())
     assert any("drift.json" in w and "starting empty" in w for w in warnings)
+
+
+def test_a_pod_file_changed_after_a_new_generation_is_the_kubelets_resize_not_drift(node: ResizeNode) -> None:
+    """A kubelet that resizes in place rewrites the pod cgroup from the new spec (pods/resize bumps
+    metadata.generation): the agent writes its value again and counts no drift. The same change at the
+    same generation is a revert, counted."""
+    now = [1000.0]
+    rec, views, quota = _converged(node, now, max_reverts=3, backoff_s=1.0)
+    assert node.read(quota) == "50000"
+
+    def pass_with(generation: int) -> list[str]:
+        node.tree.set(quota, "90000")
+        now[0] += 3600.0
+        gen_views = [replace(v, generation=generation) for v in views]
+        rec.stale(gen_views)
+        report = rec.reconcile_tiers(gen_views, lambda: False)
+        assert node.read(quota) == "50000", "written again either way"
+        return [n.action for n in report.drift if n.path == quota]
+
+    assert pass_with(views[0].generation) == ["reapplied"]  # a revert at the same generation
+    assert pass_with(views[0].generation + 1) == []  # the kubelet's resize of a new generation
+    assert pass_with(views[0].generation + 1) == ["reapplied"]  # then a revert again
+    assert pass_with(views[0].generation + 2) == []
