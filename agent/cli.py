@@ -103,7 +103,7 @@ def _vpa_flag(p: argparse.ArgumentParser) -> None:
 
 def _vpa_sources(args: argparse.Namespace, settings: Settings) -> list[Any]:
     """The VPA source the daemon would have, from --vpa or (vpa.enabled, pods from the API) the API."""
-    from agent.daemon.ownership import Thing, resolve
+    from agent.ownership import Thing, resolve
     from agent.vpainputs import cli_source, read_api, read_file
 
     node = settings.node_name or os.environ.get("NODE_NAME")

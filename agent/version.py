@@ -7,24 +7,25 @@ checkout the package runs from, else "unknown".
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
-from importlib import metadata
 from pathlib import Path
 from typing import Final
 
 DIST: Final = "kube-cgroup-agent"
 
 
-def _version() -> str:
+@functools.cache
+def version() -> str:
+    """Read on first use: importlib.metadata costs a CLI command that never prints it ~20 ms."""
+    from importlib import metadata
+
     try:
         return metadata.version(DIST)
     except metadata.PackageNotFoundError:  # running from a source tree that was never installed
         return "0+unknown"
-
-
-VERSION: Final = _version()
 
 
 def commit() -> str:
@@ -48,4 +49,4 @@ def commit() -> str:
 
 
 def describe() -> str:
-    return f"kube-cgroup-agent {VERSION} (commit {commit()}, Python {platform.python_version()})"
+    return f"kube-cgroup-agent {version()} (commit {commit()}, Python {platform.python_version()})"

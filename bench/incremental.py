@@ -30,9 +30,9 @@ from typing import Any
 
 from agent.daemon import select_reconciler
 from agent.daemon.engine_reconciler import EngineReconciler
-from agent.daemon.ownership import resolve
 from agent.daemon.reconciler import Outcome
 from agent.model import PodView
+from agent.ownership import resolve
 from agent.pods.parse import parse_pod
 from bench.memtree import MemCheckpoints, MemFiles, MemNode, MemRuntime, mem_node
 from bench.stats import over_runs, summary

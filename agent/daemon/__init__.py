@@ -20,12 +20,12 @@ from agent import pipeline
 from agent.compute import NodeComputation
 from agent.daemon.components import ComponentFactory, DaemonContext
 from agent.daemon.core import Daemon, PodSource
-from agent.daemon.ownership import Ownership, Thing, resolve
 from agent.daemon.reconciler import Reconciler
 from agent.execute import CgroupStepRunner, ContainerUpdater
 from agent.kube.status import StatusReporter
 from agent.logging import configure, get_logger
 from agent.metrics import Endpoints, Metrics, Probe, StartupProbe
+from agent.ownership import Ownership, Thing, resolve
 from agent.settings import ConfigError, Settings
 from agent.sources import default_sources
 from agent.sources.limitrange import LimitRanges
@@ -185,9 +185,9 @@ def run(settings: Settings) -> int:
     # the endpoints answer from the first second: alive, and not ready until the first pass (StartupProbe)
     probe = StartupProbe("reading the node's configuration")
     metrics.follow_readiness(probe.ready)
-    from agent.version import VERSION, commit
+    from agent.version import commit, version
 
-    metrics.build_info.labels(VERSION, commit()).set(1)
+    metrics.build_info.labels(version(), commit()).set(1)
     endpoints = Endpoints(metrics, probe.probe(), settings.metrics_bind_address, settings.health_bind_address)
     log.info("listening", endpoints=list(endpoints.addresses))
     try:

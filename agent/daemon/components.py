@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent.daemon.ownership import Ownership
 from agent.metrics import Metrics
 from agent.model import PodView
+from agent.ownership import Ownership
 from agent.resize.types import ResizeStatus
 from agent.settings import Settings
 from agent.sources import Source

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agent.daemon.ownership import Thing
+from agent.ownership import Thing
 
 
 class Action(enum.StrEnum):

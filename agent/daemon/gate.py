@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 
 from agent.compute import NodeComputation
 from agent.daemon.drift import Action, DriftTracker, likely_owner
-from agent.daemon.ownership import Owner, Ownership, Thing
 from agent.daemon.reconciler import DriftNote
 from agent.diff import DesiredFile, FileDiff, NodeDiff
 from agent.diff import Owner as FileOwner
 from agent.model import TierKind
+from agent.ownership import Owner, Ownership, Thing
 from agent.plan import MEMORY_LIMIT_FILES, CgroupStep, ContainerStep, Step
 from cgroupfs import layout
 

@@ -20,10 +20,10 @@ from typing import Any, Final
 
 from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
-from agent.daemon.ownership import Thing
 from agent.kube.errors import APIError, APIForbidden, APINotFound, wrap
 from agent.kube.status import STRATEGIC_MERGE
 from agent.logging import get_logger
+from agent.ownership import Thing
 from agent.resize.types import ResizeState, ResizeStatus
 from agent.vpa.applied import ActuatorState
 from agent.vpa.config import PANIC_LABEL

@@ -18,8 +18,8 @@ from structlog.testing import capture_logs
 
 from agent.daemon import select_reconciler
 from agent.daemon.engine_reconciler import EngineReconciler
-from agent.daemon.ownership import resolve
 from agent.daemon.reconciler import Outcome, ResizeState
+from agent.ownership import resolve
 from agent.settings import from_mapping
 from tests.fakes.cgroup_tree import FakeCgroupTree
 from tests.fakes.fake_cri import running_fake_cri

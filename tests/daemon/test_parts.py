@@ -9,10 +9,10 @@ import threading
 import pytest
 
 from agent.daemon.drift import Action, DriftTracker
-from agent.daemon.ownership import Owner, Thing, resolve
 from agent.kube.node import derive_allocatable
 from agent.kube.status import CONDITION_TYPE, PodRef, condition_patch
 from agent.kube.watch import Bookmark, Change, Failure, Unknown, parse_line
+from agent.ownership import Owner, Thing, resolve
 from agent.queue import TIERS, ShutDown, WorkQueue
 from agent.settings import ConfigError, Settings, from_mapping, parse_allocatable
 

@@ -11,10 +11,10 @@ import pytest
 
 from agent.compute.pod import pod_cgroup_name
 from agent.daemon.components import DaemonContext
-from agent.daemon.ownership import resolve
 from agent.daemon.recommender import recommender_component
 from agent.metrics import Metrics
 from agent.model import QOSClass
+from agent.ownership import resolve
 from agent.pipeline import Environment
 from agent.pods.parse import parse_pod
 from agent.recommender.config import RecommenderSettings

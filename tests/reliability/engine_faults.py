@@ -33,7 +33,7 @@ import grpc
 
 from agent.daemon import select_reconciler
 from agent.daemon.engine_reconciler import EngineReconciler
-from agent.daemon.ownership import resolve
+from agent.ownership import resolve
 from agent.plan import CgroupStep
 from agent.resize.engine import ResizeEngine
 from agent.resize.store import PodStore

@@ -19,8 +19,8 @@ import pytest
 from agent.daemon.drift import DriftTracker
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.daemon.gate import Gate
-from agent.daemon.ownership import resolve
 from agent.execute import CgroupStepRunner, file_runner
+from agent.ownership import resolve
 from agent.plan import CgroupStep
 from agent.resize.engine import ResizeEngine
 from agent.resize.types import ResizeState
