@@ -523,6 +523,15 @@ def _production_nodes(d: dict[str, Any]) -> list[str]:
             lines.append(f"| {node} | {b['events']} ({b['daemon_reloads']} reloads, {b['containerd_restarts']} containerd restarts) | "
                          f"{statistics.median(t):.2f} s / {t[-1]:.2f} s | {b['fights']:.0f} | {b['kubelet_owned_writes']} | "
                          f"{b['reverted_after_daemon_reload']} | {b['agent_rss_mib']:.0f} MiB | {b['agent_cpu_pct']:.2f} % of a core |")
+    qos = d.get("v2_resize_vs_qos_pass") or []
+    if qos:
+        lines += ["", "On the v2 node, against the kubelet's own next QoS pass: a `pods/resize` of a Burstable pod timed on the",
+                  "guest's clock to the agent's write of `kubepods-burstable.slice/cpu.weight` (an upper bound: one",
+                  "exec round trip into the TCG guest included), and to the kubelet's next QoS pass, read from its",
+                  "journal (`--vmodule qos_container_manager_linux=4`: one line per pass). A resize triggers no pass",
+                  "of the kubelet's; its periodic one runs every 60 s.", "",
+                  "| resize to | the agent's tier write | the kubelet's next QoS pass |", "|---|---|---|"]
+        lines += [f"| {r['cpu_milli']}m | {r['agent_s']:.2f} s | {r['kubelet_next_pass_s']:.1f} s |" for r in qos]
     return lines
 
 

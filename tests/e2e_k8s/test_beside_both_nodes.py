@@ -201,3 +201,57 @@ def test_five_minutes_beside_the_kubelet_and_systemd() -> None:
             Path(out).write_text(json.dumps({**data, "beside": report}, indent=2) + "\n")
     finally:
         kubectl("delete", "namespace", NS, "--wait=false", ok=(0, 1))
+
+
+QOS_PASS = "Updated QoS cgroup configuration"  # the kubelet's V(4) line at the end of each QoS pass
+
+
+def _guest_now() -> float:
+    return float(node_exec(V2_NODE, "date", "+%s.%N"))
+
+
+def _kubelet_qos_passes(since: float) -> list[float]:
+    """The guest kubelet's QoS passes after `since` (guest clock), from its journal: cluster.sh runs it
+    with --vmodule=qos_container_manager_linux=4, so each pass logs one line, and nothing else does."""
+    text = node_exec(V2_NODE, "sh", "-c", f"journalctl -u kubelet --no-pager -o short-unix --since @{since:.3f} "
+                     f"--grep '{QOS_PASS}' || true")  # rc 1: no line yet
+    return [float(line.split()[0]) for line in text.splitlines() if QOS_PASS in line and line[:1].isdigit()]
+
+
+def test_on_the_v2_node_the_tier_moves_long_before_the_kubelets_next_qos_pass() -> None:
+    """A pods/resize on the systemd node, timed on the guest's clock: the agent's write of the Burstable
+    slice's cpu.weight against the kubelet's own next QoS pass (its 60 s periodic one: a resize triggers
+    none). Both values are the same (the beside run counts fights); this is when each lands."""
+    kubectl("create", "namespace", NS, ok=(0, 1))
+    agent = NodeAgent(V2_NODE)
+    wait_for("the agent on the v2 node Ready", agent.ready, 300, 2)
+    run = NodeRun(V2_NODE, agent, agent.drift())
+    name = "qos-pass-v2"
+    try:
+        run.cpu_milli[name] = 200
+        kubectl("apply", "-f", "-", stdin=_pod(run, name, 200))
+        wait_for(f"{name} Running", lambda: _running(run, name), 300, 1)
+        wait_for("the kubelet to log its QoS passes", lambda: _kubelet_qos_passes(_guest_now() - 120) or None, 130, 5)
+        rows = []
+        for cpu in (400, 300):
+            before = _tier(V2_NODE)
+            t0 = _guest_now()
+            patch = {"spec": {"containers": [{"name": "app", "resources": {
+                "requests": {"cpu": f"{cpu}m", "memory": "16Mi"}, "limits": {"cpu": f"{2 * cpu}m", "memory": "64Mi"}}}]}}
+            kubectl("patch", "pod", "-n", NS, name, "--subresource", "resize", "--type", "strategic", "-p", json.dumps(patch))
+            wait_for("the tier to move", lambda before=before: _tier(V2_NODE) != before, 120, 0.1)  # type: ignore[misc]
+            agent_s = _guest_now() - t0  # an upper bound: includes one exec round trip into the guest
+            after = _tier(V2_NODE)
+            passes = wait_for("the kubelet's next QoS pass", lambda t0=t0: _kubelet_qos_passes(t0) or None, 90, 5)  # type: ignore[misc]
+            kubelet_s = passes[0] - t0
+            assert _tier(V2_NODE) == after, "the kubelet's pass left the agent's value as it was"
+            rows.append({"cpu_milli": cpu, "agent_s": round(agent_s, 2), "kubelet_next_pass_s": round(kubelet_s, 2)})
+            print(f"\ne2e-k8s v2 resize to {cpu}m: the agent moved the Burstable tier in {agent_s:.2f} s; "
+                  f"the kubelet's next QoS pass came {kubelet_s:.1f} s after the resize")
+            assert agent_s < kubelet_s, rows[-1]
+        assert agent.drift() == run.drift_before, agent.counters("kube_cgroup_agent_drift_total")
+        if out := os.environ.get("KCG_E2E_K8S_OUT"):
+            data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
+            Path(out).write_text(json.dumps({**data, "v2_resize_vs_qos_pass": rows}, indent=2) + "\n")
+    finally:
+        kubectl("delete", "pod", "-n", NS, name, "--wait=false", ok=(0, 1))
