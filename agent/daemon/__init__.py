@@ -40,11 +40,12 @@ def factories() -> list[ComponentFactory]:
     """Every component the daemon runs beside the pod loop, in start order; each decides from the
     settings whether it runs (agent.daemon.components)."""
     from agent.daemon.limitranges import limitrange_component
+    from agent.daemon.optin import optin_component
     from agent.daemon.recommender import recommender_component
     from agent.daemon.rollout import rollout_component
     from agent.daemon.vpa import vpa_component
 
-    return [limitrange_component, recommender_component, vpa_component, rollout_component]
+    return [limitrange_component, recommender_component, vpa_component, rollout_component, optin_component]
 
 
 def check_settings(settings: Settings) -> list[str]:
@@ -262,6 +263,7 @@ def _serve(
     reconciler = select_reconciler(settings, env, ownership, cri)
     context = DaemonContext(settings, node, api, metrics, ownership, env, cri, limit_ranges=limit_ranges)
     components = [c for factory in factories() if (c := factory(context)) is not None]
+    log.info("components", running=[c.name for c in components])
     daemon = Daemon(
         reconciler,
         source,

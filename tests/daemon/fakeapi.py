@@ -739,6 +739,8 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
             parts = urlsplit(self.path).path.strip("/").split("/")
             if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "events":
                 with cluster.lock:
+                    if body["metadata"]["name"] in cluster.events:  # as the API server: names are unique
+                        return self._send(409, _status(409, "AlreadyExists", body["metadata"]["name"]))
                     body["_order"] = len(cluster.events)
                     cluster.events[body["metadata"]["name"]] = body
                     out = {k: v for k, v in body.items() if k != "_order"}
