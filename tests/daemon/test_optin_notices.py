@@ -10,8 +10,8 @@ import pytest
 
 from agent.daemon.optin import (
     DAEMONSETS,
-    RECOMMENDER,
     REASON,
+    RECOMMENDER,
     STATEFULSETS,
     VPA_ACTUATOR,
     features_off,
