@@ -1,8 +1,8 @@
-"""Figures 2-6 for `make bench` (registered through bench.report) and their BENCHMARKS.md sections.
+"""The BENCHMARKS.md section of each figure, rendered from its results (bench/results/<name>.json).
 
-Each figure module measures and returns plain data; this module only names them and renders the
-results, with the verdict against each target of issue 7 and, where one is missed, why and what would
-close it.
+Each figure module measures and returns plain data; this module only renders it, with the verdict
+against each target of issue 7 and, where one is missed, why and what would close it. Which figures
+exist is bench/figures.py; which commit each was measured at, bench/report.py.
 """
 
 from __future__ import annotations
@@ -12,30 +12,9 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-Figure = Callable[[int], dict[str, Any]]
-
-
-def figures() -> dict[str, Figure]:
-    from bench import containerd, daemon, incremental, recommender, rollout, tiers, vpa, writes
-
-    return {
-        "rollout": rollout.run,
-        "vpa": vpa.run,
-        "recommender": recommender.run,
-        "incremental": incremental.run,
-        "writes": writes.run,
-        "containerd": containerd.run,
-        "daemon": daemon.run,
-        "tiers": tiers.run,
-    }
-
-
-NUMBERS = {"diff_process": 1, "incremental": 2, "writes": 3, "containerd": 4, "daemon": 5, "tiers": 6, "recommender": 7, "vpa": 9, "rollout": 10}
 
 
 def _ms(seconds: float) -> str:
@@ -60,42 +39,8 @@ def _meta(data: dict[str, Any]) -> str:
     return f"Measured {meta.get('date', '?')}; command: `{meta.get('command', 'make bench')}`."
 
 
-def commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "agent", "cgroupfs"], capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head.stdout.strip() + (" (agent/ or cgroupfs/ had uncommitted changes)" if dirty.stdout.strip() else "")
-
-
-def _commits(results: Path | None) -> str:
-    """Which commit each stored figure was measured at (its `_meta.commit`); the current one when the
-    results do not say (nothing stored yet)."""
-    by: dict[str, list[int]] = {}
-    for name, number in NUMBERS.items():
-        data = _load(results, name) if results is not None else None
-        commit = (data or {}).get("_meta", {}).get("commit")
-        if commit:
-            by.setdefault(commit, []).append(number)
-    if not by:
-        return f"commit {commit()}"
-    if len(by) == 1:
-        return f"commit {next(iter(by))}"
-    parts = []
-    for commit, numbers in by.items():
-        label = "figure" if len(numbers) == 1 else "figures"
-        parts.append(f"{commit} ({label} {', '.join(map(str, sorted(numbers)))})")
-    return "commit " + "; ".join(parts)
-
-
-def _tiers_wall(results: Path | None) -> str:
-    data = _load(results, "tiers") if results is not None else None
-    return f", {data['wall_s'] / 60:.1f} minutes for figure 6" if data and "wall_s" in data else ", plus figure 6"
-
-
-def machine(results: Path | None = None) -> list[str]:
-    """The machine the figures came from (read now: `make bench` regenerates everything at once)."""
+def machine() -> list[str]:
+    """The machine BENCHMARKS.md is regenerated on; report.py checks each figure was measured on it."""
     model = "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -121,14 +66,6 @@ def machine(results: Path | None = None) -> list[str]:
         f"`{platform.node()}`: {os_name}, kernel {platform.release()}, {os.cpu_count()} × {model}, {memory} RAM,",
         "cgroup v1 (cpu and memory hierarchies at /sys/fs/cgroup/{cpu,memory}, hugetlb alone on the unified mount),",
         f"CPython {platform.python_version()}, containerd 1.6.20 + runc 1.1.5 (Debian 12) for figure 4.",
-        "",
-        f"Code: {_commits(results)}.",
-        f"Commands: `make bench` runs every figure (about 4-5 minutes for figures 1-5{_tiers_wall(results)})",
-        "and rewrites this file; one figure:",
-        "`.venv/bin/python -m bench --only NAME` (NAME: diff_process, incremental, writes, containerd, daemon,",
-        "tiers).",
-        "Figures 3 and 4 need root on a cgroup v1 host; figure 4 runs",
-        "`KCG_BENCH_OUT=<file> PYTEST_ARGS='-k test_bench_resize' bash tests/e2e/run.sh` (`make e2e` skips it).",
         "",
     ]
 
@@ -245,6 +182,18 @@ def _writes(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+THE_RECONCILER = "engine"  # the key tests/e2e/test_bench_resize.py records the daemon's one reconciler under
+
+
+def _left_out(kinds: list[str], figure: str) -> list[str]:
+    """Rows of reconcilers the daemon no longer has, in results measured before it had one: not shown as
+    if they described the code."""
+    if not kinds:
+        return []
+    return ["", f"Left out: rows of reconciler(s) {', '.join(kinds)} in these results, measured before the daemon had "
+            f"one reconciler; `python -m bench --only {figure}` measures the one it has."]
+
+
 def _containerd(d: dict[str, Any]) -> list[str]:
     lines = ["## 4. Real containerd: a resize through the agent vs the bare CRI call", "", _meta(d)]
     if "skipped" in d:
@@ -258,19 +207,23 @@ def _containerd(d: dict[str, Any]) -> list[str]:
         "cgroup, call UpdateContainerResources. Bare = the raw gRPC UpdateContainerResources with the same",
         "container values, on a twin pod. Median (min–max); ratio of medians.",
         "",
-        "| change | reconciler | agent | bare CRI | ratio | CRI calls / resize | agent's own time (agent − time in CRI) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| change | agent | bare CRI | ratio | CRI calls / resize | agent's own time (agent − time in CRI) |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
+    others = sorted({kind for kinds in d["scenarios"].values() for kind in kinds} - {THE_RECONCILER})
     for name, kinds in d["scenarios"].items():
-        for kind, s in kinds.items():
-            a, b, own = s["agent_s"], s["bare_s"], s["own_s"]
-            lines.append(
-                f"| {name} | {kind} | {_ms(a['median'])} ({_ms(a['min'])}–{_ms(a['max'])}) | {_ms(b['median'])} "
-                f"({_ms(b['min'])}–{_ms(b['max'])}) | {s['ratio']:.2f} | {s['cri_calls_per_resize']:.0f} | "
-                f"{_ms(own['median'])} |"
-            )
-    cpu = d["scenarios"].get("cpu", {}).get("engine")
-    both = d["scenarios"].get("cpu+memory", {}).get("engine")
+        s = kinds.get(THE_RECONCILER)
+        if s is None:
+            continue
+        a, b, own = s["agent_s"], s["bare_s"], s["own_s"]
+        lines.append(
+            f"| {name} | {_ms(a['median'])} ({_ms(a['min'])}–{_ms(a['max'])}) | {_ms(b['median'])} "
+            f"({_ms(b['min'])}–{_ms(b['max'])}) | {s['ratio']:.2f} | {s['cri_calls_per_resize']:.0f} | "
+            f"{_ms(own['median'])} |"
+        )
+    lines += _left_out(others, "containerd")
+    cpu = d["scenarios"].get("cpu", {}).get(THE_RECONCILER)
+    both = d["scenarios"].get("cpu+memory", {}).get(THE_RECONCILER)
     if cpu and both:
         lines += [
             "",
@@ -359,15 +312,21 @@ def _daemon(d: dict[str, Any]) -> list[str]:
 
 
 def _tiers(d: dict[str, Any]) -> list[str]:
-    meta = d.get("_meta", {})
+    from bench.tiers import RECONCILERS
+
     lo, hi = d["kubelet_observed_stale_s"]
-    cells = list(d["cells"].values())
+    current = {*RECONCILERS, THE_RECONCILER}  # results before the node kind named the one reconciler call it "engine"
+    cells = [c for c in d["cells"].values() if c["reconciler"] in current]
+    others = sorted({c["reconciler"] for c in d["cells"].values()} - current)
+    if not cells:
+        return ["## 6. From a resize to the QoS tiers being current (the daemon, 1,000 pods)", "", _meta(d),
+                *_left_out(others, "tiers"), ""]
     settings = sorted({c["qos_reserved"] for c in cells}, key=lambda q: int(q.rstrip("%")))
     per_cell = d["runs"] * d["events_per_direction_per_run"]
     lines = [
         "## 6. From a resize to the QoS tiers being current (the daemon, 1,000 pods)",
         "",
-        _meta(d) + (f" Code: commit {meta['commit']}." if meta.get("commit") else ""),
+        _meta(d),
         f"Figure 5's setup ({d['pods']:,} generated pods on a converged fake cgroup tree on disk, the fake CRI",
         "server mirroring container updates into it, the daemon in its own process with pod events pushed",
         "to it as a watch would), with `qosReserved: {memory: "
@@ -379,13 +338,13 @@ def _tiers(d: dict[str, Any]) -> list[str]:
         "read back in the daemon's process right after every write to either file and at the end of every",
         "pass. The expected values come from the bench (`compute_tiers` over every pod, not the daemon's",
         "running totals), and the bench reads the files again itself once the event's passes are done.",
-        f"{d['runs']} run(s) × {d['events_per_direction_per_run']} events per direction and reconciler, each",
-        "run a fresh daemon process, reconcilers interleaved, no pod resized twice. Cells: p50 / p99 over",
+        f"{d['runs']} run(s) × {d['events_per_direction_per_run']} events per direction, each run a fresh",
+        "daemon process (bare node: the agent owns the pods too), no pod resized twice. Cells: p50 / p99 over",
         f"all events (n={per_cell} per row; nearest rank, so the p99 is the slowest event), min–max;",
         "spread = min–max of the per-run medians. \"Pod's own pass\" = the pass of the resized pod, the work",
         "item the event enqueued first; the event also enqueues a tiers pass.",
         "",
-        "| reconciler | qos-reserved | resize | tiers current p50 / p99 (min–max, n) | spread of run medians "
+        "| who | qos-reserved | resize | tiers current p50 / p99 (min–max, n) | spread of run medians "
         "| pass that made both current | pod's pass done p50 | tiers pass still wrote | left the new values again / not current at the end |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         f"| kubelet v1.36.2 (observed in kubelet-observed.md, **not measured here**) | 50% | in place, 8 resizes | "
@@ -416,7 +375,7 @@ def _tiers(d: dict[str, Any]) -> list[str]:
             if t is not None:
                 medians.setdefault(direction, []).append(t["median"])
                 if slowest is None or t["p99"] > slowest[0]:
-                    slowest = (t["p99"], f"{cell['reconciler']}, {cell['qos_reserved']}, memory {direction}")
+                    slowest = (t["p99"], f"{cell['qos_reserved']}, memory {direction}")
             if pod is not None:
                 pod_medians.setdefault(direction, []).append(pod["median"])
             current = (
@@ -433,7 +392,7 @@ def _tiers(d: dict[str, Any]) -> list[str]:
             wrote = f"{c.get('tiers_pass_wrote', 0)}/{c['n']}"
             left = f"{c['reverted']} / {c['not_current_at_end'] + c['not_read_back_here'] + c['timed_out']}"
             lines.append(
-                f"| {cell['reconciler']} | {cell['qos_reserved']} | memory {direction} | {current} | {spread} | {by} | "
+                f"| the agent | {cell['qos_reserved']} | memory {direction} | {current} | {spread} | {by} | "
                 f"{_ms(pod['median']) if pod else '—'} | {wrote} | {left} |"
             )
     lines += [
@@ -441,6 +400,7 @@ def _tiers(d: dict[str, Any]) -> list[str]:
         f"Goal: both tiers current in the resize's own pass — {_verdict(same_pass)} ({total} events"
         + (f"; slowest {_ms(slowest[0])}: {slowest[1]}" if slowest else "")
         + f"); the kubelet leaves them stale {lo:.0f}–{hi:.0f} s.",
+        *_left_out(others, "tiers"),
     ]
     for err in d.get("errors", []):
         lines.append(f"- ERROR: {err}")
@@ -462,8 +422,8 @@ def _tiers(d: dict[str, Any]) -> list[str]:
             f"current before the pod's pass ends (at {span(pup)}); a shrinking request grows them *last*, after the",
             "container's UpdateContainerResources and the pod cgroup — in between they still reserve for the",
             "larger request, the safe side. The milliseconds are figure 5's pod latency (queue hand-off, compute",
-            "and reads, the checkpoint fsynced before the first write, the fake CRI call; the engine adds",
-            "admission and a read-back). "
+            "and reads, admission, the pod's state record fsynced before the first write, the fake CRI call,",
+            "the read-back). "
             + (
                 "The tiers pass the event also enqueues found nothing left to write."
                 if tiers_pass_wrote == 0
@@ -594,18 +554,51 @@ def _vpa(d: dict[str, Any]) -> list[str]:
     return vpa.markdown(d, _ms, _meta(d))
 
 
-def _rollout(d: dict[str, Any]) -> list[str]:
+def _rollout(d: dict[str, Any], results: Path) -> list[str]:
     from bench import rollout
 
-    return rollout.markdown(d, _meta(d), _load(RESULTS_DIR, "prepull"))
+    return rollout.markdown(d, _meta(d), _load(results, "prepull"))
 
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+def _spread(d: dict[str, float]) -> str:
+    def ms(x: float) -> str:
+        return f"{x * 1000:.0f} ms"
+
+    return f"{ms(d['median_s'])} ({ms(d['min_s'])}–{ms(d['max_s'])}, n={d['repeat']})"
 
 
-def markdown(results: Path) -> list[str]:
-    lines: list[str] = []
-    for name, render in (
+def _diff_process(data: dict[str, Any]) -> list[str]:
+    meta = data["_meta"]
+    lines = [
+        "## 1. `diff` as a whole process",
+        "",
+        f"Measured {meta['date']} on `{meta['machine']}` ({os.cpu_count()} CPUs); command: `{meta['command']}`.",
+        "Each figure is the median wall time of the whole `python -m agent diff --pods pods.json --cgroupfs tree -o json`",
+        "process over generated nodes (mixed QoS, sidecars and init containers, overhead, pod-level resources,",
+        "hugepages; a converged hybrid v1 tree with 2 % drift), with min–max over the runs.",
+        "",
+        "| what | median (min–max) |",
+        "| --- | --- |",
+        f"| baseline: `python -c pass` | {_spread(data['baseline_python'])} |",
+        f"| baseline: `python -c \"import kubernetes\"` | {_spread(data['baseline_import_kubernetes'])} |",
+    ]
+    for n, d in data["diff"].items():
+        lines.append(f"| `diff` over {int(n):,} pods | {_spread(d)} |")
+    thousand = data["diff"].get("1000")
+    if thousand:
+        verdict = "met" if thousand["median_s"] < 1.0 else "MISSED"
+        lines += ["", f"Target: `diff` over 1,000 pods < 1 s whole process — **{verdict}** ({_spread(thousand).split(' (')[0]})."]
+    lines.append("")
+    return lines
+
+
+Render = Callable[[dict[str, Any]], list[str]]
+
+
+def sections(results: Path) -> list[tuple[str, Render]]:
+    """Each results file's section, in the document's order (the figure numbers)."""
+    return [
+        ("diff_process", _diff_process),
         ("incremental", _incremental),
         ("writes", _writes),
         ("containerd", _containerd),
@@ -614,9 +607,5 @@ def markdown(results: Path) -> list[str]:
         ("recommender", _recommender),
         ("e2e_k8s", _e2e_k8s),
         ("vpa", _vpa),
-        ("rollout", _rollout),
-    ):
-        data = _load(results, name)
-        if data is not None:
-            lines += render(data)
-    return lines
+        ("rollout", lambda d: _rollout(d, results)),
+    ]

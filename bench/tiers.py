@@ -11,8 +11,8 @@ read back at their new values (page-rounded, as the kernel stores them); recorde
 them there (the resized pod's own pass, the tiers pass the same event enqueues, or a later one) and
 whether they ever left those values again before the event's passes were done.
 
-One generated node per qos-reserved memory setting (50 %, 100 %); on it, per run, one daemon per
-reconciler (interleaved), each a fresh process with its own state directory, started on pods.json
+One generated node per qos-reserved memory setting (50 %, 100 %); on it, per run, one daemon on a bare
+node (its one reconciler), each a fresh process with its own state directory, started on pods.json
 rewritten to the pods as the previous daemon left them (so its first pass finds the tree converged). In
 each daemon EVENTS_PER_DIRECTION Guaranteed pods get a larger memory limit ("up": +256Mi, the tiers
 shrink) and as many others a smaller one ("down": halved, the tiers grow), alternating, one event at a
@@ -48,7 +48,7 @@ from cgroupfs.types import Controller, DriverKind
 RECONCILERS = ("bare",)  # the one reconciler; on a kubelet-owned node the tiers move the same way
 QOS_RESERVED = ("50%", "100%")
 DIRECTIONS = ("up", "down")
-EVENTS_PER_DIRECTION = 10  # per run and reconciler (the node has ~160 such pods; none is resized twice)
+EVENTS_PER_DIRECTION = 10  # per run (the node has ~160 such pods; none is resized twice)
 MAX_RUNS = 3
 UP_BYTES = 256 << 20
 EVENT_TIMEOUT_S = 20.0  # the kubelet's baseline is 31-54 s; anything near this is a failure anyway
@@ -233,7 +233,7 @@ def run(repeat: int = 7) -> dict[str, Any]:
             model = Model(fake.raws, fake.config)
             pods = iter(eligible(fake.raws))
             for r in range(runs):
-                for kind in RECONCILERS:  # interleaved, so both see the same machine over time
+                for kind in RECONCILERS:
                     print(f"bench: tiers ({kind}, qos-reserved {qos}, run {r + 1}/{runs}) ...", file=sys.stderr, flush=True)
                     events = schedule([next(pods) for _ in range(2 * EVENTS_PER_DIRECTION)], EVENTS_PER_DIRECTION)
                     got = run_daemon(kind, fake, model, events, tag=f"-tiers-{qos.rstrip('%')}-{r}")

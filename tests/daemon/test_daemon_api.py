@@ -7,8 +7,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import grpc
 
-from tests.daemon.conftest import CONDITION, Env, api_pod, wait_for
 from tests.daemon.fakeapi import FakeCluster, Recorded
+from tests.daemon.harness import CONDITION, Env, api_pod, wait_for
 from tests.resize.harness import ctr, manifest, signature
 
 BURSTABLE_SHARES = "cpu/kubepods/burstable/cpu.shares"

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tests.daemon.conftest import Env, api_pod, wait_for
+from tests.daemon.harness import Env, api_pod, wait_for
 from tests.resize.harness import ctr, manifest
 
 LR_API = ("", "v1", "limitranges")
@@ -116,8 +116,8 @@ def test_the_cli_reading_pods_from_the_api_reads_the_limitranges_there(tmp_path:
     import subprocess
     import sys
 
-    from tests.daemon.conftest import NODE, REPO, node_object
     from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
+    from tests.daemon.harness import NODE, REPO, node_object
 
     cluster = FakeCluster(node=node_object())
     pod = manifest("web", [ctr("app", req={"cpu": "100m"}, lim={"cpu": "200m"})])

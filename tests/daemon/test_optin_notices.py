@@ -18,7 +18,7 @@ from agent.daemon.optin import (
     notice_name,
     notices,
 )
-from tests.daemon.conftest import Env, wait_for
+from tests.daemon.harness import Env, wait_for
 
 VPA_API = ("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
 STS_API = ("apps", "v1", "statefulsets")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tests.daemon.conftest import Env, wait_for
+from tests.daemon.harness import Env, wait_for
 from tests.resize.harness import ctr, manifest
 
 NODE_PATH = "/api/v1/nodes/node-1"

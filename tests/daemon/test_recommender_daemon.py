@@ -9,7 +9,7 @@ import json
 import pytest
 
 from agent.cli import main
-from tests.daemon.conftest import Env, wait_for
+from tests.daemon.harness import Env, wait_for
 from tests.resize.harness import ctr, manifest
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.conftest import NODE, Env, wait_for
+from tests.daemon.harness import NODE, Env, wait_for
 from tests.daemon.rollout_fakes import (
     DS_API,
     GATE,
@@ -295,7 +295,7 @@ def test_two_nodes_keep_the_order_the_partition_and_the_budget_at_every_step(env
     sampler.start()
     second = tmp_path / "node-2.yaml"
     second.write_text(env.config(nodeName="node-2", stateDir=str(tmp_path / "state-2"), observeOnly=True, **config).read_text())
-    from tests.daemon.conftest import Daemon
+    from tests.daemon.harness import Daemon
 
     with FakeKubelet(env.cluster, update, "db-2", nodes=nodes) as kubelet:
         one = env.daemon(**config)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import stat
 
 from agent.settings import Settings
-from tests.daemon.conftest import Env, wait_for
+from tests.daemon.harness import Env, wait_for
 from tests.resize.harness import ctr, manifest
 
 TOKEN = "fake-token"  # the fake API server's kubeconfig bearer token (tests/daemon/fakeapi.py)

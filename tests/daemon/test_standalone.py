@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from tests.daemon.conftest import Env, api_pod, wait_for
+from tests.daemon.harness import Env, api_pod, wait_for
 from tests.resize.harness import ctr, manifest
 
 

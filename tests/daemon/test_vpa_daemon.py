@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.daemon.conftest import NODE, Env, node_object, wait_for
+from tests.daemon.harness import NODE, Env, node_object, wait_for
 from tests.resize.harness import ctr, manifest
 
 VPA_API = ("autoscaling.k8s.io", "v1", "verticalpodautoscalers")

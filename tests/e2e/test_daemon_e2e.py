@@ -11,8 +11,8 @@ import yaml
 
 from agent.compute import ComputeConfig, compute_pod
 from agent.pods.parse import parse_pod
-from tests.daemon.conftest import NODE, Daemon, node_object, wait_for
 from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
+from tests.daemon.harness import NODE, Daemon, node_object, wait_for
 from tests.e2e.conftest import E2EEnv, Kernel, Pod, PodRunner, resources
 
 pytestmark = pytest.mark.e2e

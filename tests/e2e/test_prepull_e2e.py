@@ -17,6 +17,7 @@ import pytest
 from agent.cri.client import CRIClient
 from agent.cri.errors import CRIError
 from agent.cri.v1 import api_pb2 as pb
+from bench import provenance
 from tests.e2e.conftest import SLOW_CALL, E2EEnv, Pod, PodRunner, resources
 from tests.e2e.registry import Registry, address
 
@@ -86,6 +87,6 @@ def test_a_prepulled_image_shortens_the_containers_downtime(pods: PodRunner, cli
     if out := os.environ.get("KCG_PREPULL_OUT"):
         Path(out).write_text(json.dumps({
             "image_mib": registry.padding >> 20, "rounds": rounds, "down_s": got,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": provenance.current().label,
             "command": f"KCG_PREPULL_ROUNDS={rounds} PYTEST_ARGS='-k prepull' KCG_PREPULL_OUT=bench/results/prepull.json bash tests/e2e/run.sh",
         }, indent=2) + "\n")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import provenance
 from tests.e2e_k8s.nodes import (
     IMAGE,
     NODES,
@@ -197,8 +198,7 @@ def test_five_minutes_beside_the_kubelet_and_systemd() -> None:
             assert not result.disagreements, "\n".join(map(str, result.disagreements))
         assert runs[V2_NODE].reloads >= 2 and runs[V2_NODE].containerd_restarts >= 1
         if out := os.environ.get("KCG_E2E_K8S_OUT"):
-            data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
-            Path(out).write_text(json.dumps({**data, "beside": report}, indent=2) + "\n")
+            provenance.record(Path(out), "beside", lambda data: data.update(beside=report))
     finally:
         kubectl("delete", "namespace", NS, "--wait=false", ok=(0, 1))
 
@@ -251,7 +251,6 @@ def test_on_the_v2_node_the_tier_moves_long_before_the_kubelets_next_qos_pass() 
             assert agent_s < kubelet_s, rows[-1]
         assert agent.drift() == run.drift_before, agent.counters("kube_cgroup_agent_drift_total")
         if out := os.environ.get("KCG_E2E_K8S_OUT"):
-            data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
-            Path(out).write_text(json.dumps({**data, "v2_resize_vs_qos_pass": rows}, indent=2) + "\n")
+            provenance.record(Path(out), "v2 resize", lambda data: data.update(v2_resize_vs_qos_pass=rows))
     finally:
         kubectl("delete", "pod", "-n", NS, name, "--wait=false", ok=(0, 1))

@@ -31,6 +31,7 @@ import pytest
 import yaml
 from kubernetes.utils import parse_quantity
 
+from bench import provenance
 from tests.e2e_k8s.nodes import (
     AGENT_CONFIG,
     AGENT_NS,
@@ -213,20 +214,10 @@ def test_a_pods_resize_is_the_kubelets_and_the_agent_moves_the_tier_without_reve
     assert [e for e in agent.lines() if e.get("event") == "reconcile"], "the agent logged no pass"
     print(f"\ne2e-k8s: pods/resize -> Burstable cpu.shares current after {', '.join(f'{t:.0f}' for t in tier_ms)} ms")
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
-        data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
-        Path(out).write_text(
-            json.dumps(
-                {
-                    **data,
-                    "kubelet": kubectl("get", "node", NODE, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}"),
-                    "resize_to_tier_ms": tier_ms,
-                    "cluster_up_s": float(os.environ.get("KCG_CLUSTER_UP_S", "0")),
-                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        kubelet = kubectl("get", "node", NODE, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}")
+        provenance.record(Path(out), "resize", lambda data: data.update(
+            kubelet=kubelet, resize_to_tier_ms=tier_ms, cluster_up_s=float(os.environ.get("KCG_CLUSTER_UP_S", "0")),
+            date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
 
 
 def test_a_pod_level_annotation_change_is_applied_by_the_agent(agent: Agent) -> None:
@@ -348,8 +339,7 @@ def test_vpa_in_place_through_the_kubelet_with_the_panic_button(agent: Agent) ->
     assert json.loads(kubectl("get", "pod", name, "-o", "json"))["metadata"]["uid"] == uid
     print(f"\ne2e-k8s: VPA status patch -> container cgroup written by the kubelet after {vpa_ms:.0f} ms")
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
-        data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
-        Path(out).write_text(json.dumps({**data, "vpa_to_cgroup_ms": vpa_ms}, indent=2) + "\n")
+        provenance.record(Path(out), "vpa", lambda data: data.update(vpa_to_cgroup_ms=vpa_ms))
 
 
 def _memory_limit(pod: dict[str, Any]) -> Path | None:
@@ -566,10 +556,9 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
     print(f"\ne2e-k8s: StatefulSet of 2, sidecar image: all pods updated in place in {in_place_s:.1f} s ({in_place_requests:.0f} API requests); "
           f"env change, recreated in {recreate_s:.1f} s ({recreate_requests:.0f} API requests)")
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
-        data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
-        Path(out).write_text(json.dumps({**data, "sts_in_place_s": in_place_s, "sts_recreate_s": recreate_s,
-                                         "sts_sidecar_down_s": down, "sts_in_place_api_requests": in_place_requests,
-                                         "sts_recreate_api_requests": recreate_requests}, indent=2) + "\n")
+        provenance.record(Path(out), "statefulset", lambda data: data.update(
+            sts_in_place_s=in_place_s, sts_recreate_s=recreate_s, sts_sidecar_down_s=down,
+            sts_in_place_api_requests=in_place_requests, sts_recreate_api_requests=recreate_requests))
 
 
 def test_a_daemonset_sidecar_image_update_is_in_place_and_an_env_change_recreates(agent: Agent) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from bench import provenance
 from tests.e2e_k8s.nodes import (
     AGENT_CONFIG,
     IMAGE,
@@ -211,6 +212,4 @@ def test_every_value_the_kubelet_and_runtime_wrote_is_what_the_agent_computes(or
         assert f"containers by the runtime: {expect}" in explained, (runc, explained)
         record |= {"runc": runc, "container_weight_formula": expect}
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
-        data = json.loads(Path(out).read_text()) if Path(out).exists() else {}
-        data.setdefault("oracle", {})[node] = record
-        Path(out).write_text(json.dumps(data, indent=2) + "\n")
+        provenance.record(Path(out), f"oracle {node}", lambda data: data.setdefault("oracle", {}).update({node: record}))

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.daemon.conftest import CONDITION, Env, api_pod, node_object
 from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
+from tests.daemon.harness import CONDITION, Env, api_pod, node_object
 from tests.fakes.kernel import KernelRoot
 from tests.reliability.engine_faults import (
     BYSTANDER,

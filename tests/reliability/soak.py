@@ -2,7 +2,7 @@
 faults injected, watched from outside for leaks, lost resizes and latency drift.
 
 Why from outside: a leak or a slow drift shows only in the process as it runs for minutes, and a lost
-resize only in the files the node ends with. The node is the daemon tests' (tests/daemon/conftest.py): a
+resize only in the files the node ends with. The node is the daemon tests' (tests/daemon/harness.py): a
 fake API server speaking HTTP to the real client, a strict fake cgroup v1 tree, the fake CRI server, and
 ResizeNode playing the kubelet (pod and container cgroups, containers) and runc (every runtime update
 mirrored into the tree, and the pod it touched checked child <= parent right after).
@@ -37,8 +37,8 @@ import grpc
 import psutil
 
 from bench.stats import percentile
-from tests.daemon.conftest import Daemon, Env, api_pod, node_object, serving, wait_for
 from tests.daemon.fakeapi import FakeCluster
+from tests.daemon.harness import Daemon, Env, api_pod, node_object, serving, wait_for
 from tests.fakes.cgroup_tree import FakeCgroupTree
 from tests.fakes.fake_cri import RUNC_WRAP, FakeCRI, running_fake_cri
 from tests.resize.harness import ResizeNode, ctr, kubelet_files, kubelet_mismatches, manifest

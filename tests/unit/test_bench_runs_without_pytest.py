@@ -1,0 +1,43 @@
+"""`python -m bench` needs the agent's runtime dependencies, not the test runner: every bench module, every
+figure's module and the report are imported (and the report rendered) in a fresh interpreter in which
+pytest and hypothesis cannot be imported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROGRAM = r"""
+import importlib, importlib.abc, pkgutil, sys
+from pathlib import Path
+
+class NoTestRunner(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("pytest", "_pytest", "hypothesis"):
+            raise ImportError(f"{name} is a test dependency")
+        return None
+
+sys.meta_path.insert(0, NoTestRunner())
+import bench
+from bench import figures, report
+
+names = sorted(m.name for m in pkgutil.iter_modules(bench.__path__))
+for name in names:
+    importlib.import_module(f"bench.{name}")
+for figure in figures.FIGURES:
+    figure.load()
+report.render(Path("bench/results"))
+assert not [m for m in sys.modules if m.split(".")[0] in ("pytest", "_pytest", "hypothesis")]
+print(" ".join(names))
+"""
+
+
+def test_every_bench_module_imports_and_the_report_renders_without_pytest() -> None:
+    proc = subprocess.run([sys.executable, "-c", PROGRAM], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    imported = proc.stdout.split()
+    for module in ("more", "report", "daemon", "rollout", "vpa", "tiers", "figures", "__main__"):
+        assert module in imported
