@@ -263,7 +263,6 @@ def _serve(
     reconciler = select_reconciler(settings, env, ownership, cri)
     context = DaemonContext(settings, node, api, metrics, ownership, env, cri, limit_ranges=limit_ranges)
     components = [c for factory in factories() if (c := factory(context)) is not None]
-    log.info("components", running=[c.name for c in components])
     daemon = Daemon(
         reconciler,
         source,

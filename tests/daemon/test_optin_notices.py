@@ -93,7 +93,7 @@ def test_a_node_with_the_features_off_tells_each_opted_in_object_once_across_res
     _serve(env)
     first = env.daemon()  # the code's defaults: vpa, rollout and the recommender off
     first.ready()
-    assert "opt-in-notices" in wait_for(lambda: first.logged("components"), "the components")[0]["running"]
+    wait_for(lambda: first.logged("component.started", component="opt-in-notices"), "the opt-in notices")
     told = wait_for(lambda: _told(env) if len(_told(env)) == 3 else None, "three opted-in objects told")
     assert set(told) == {"web", "batch", "db"}  # "api" does not opt in
     assert "vpa.enabled is false" in told["web"] and "rollout.enabled is false" in told["db"]
@@ -111,7 +111,7 @@ def test_a_node_with_the_features_on_tells_nothing(env: Env) -> None:
     d = env.daemon(vpa={"enabled": True}, rollout={"enabled": True, "allowWithoutAdmissionPolicy": True},
                    recommender={"enabled": True})
     d.ready()
-    running = wait_for(lambda: d.logged("components"), "the daemon's list of components")[0]["running"]
-    assert "opt-in-notices" not in running and "vpa" in " ".join(running)
+    wait_for(lambda: d.logged("component.started", component="vpa"), "the VPA component")
+    assert not d.logged("component.started", component="opt-in-notices")
     wait_for(lambda: env.cluster.count("GET", "/verticalpodautoscalers"), "the VPA watch")
     assert _told(env) == {}

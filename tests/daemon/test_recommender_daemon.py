@@ -44,6 +44,7 @@ def test_off_by_default(env: Env) -> None:
     daemon = env.daemon()
     daemon.ready()
     assert daemon.terminate() == 0
-    # only the LimitRange watch, which bounds the annotations by default, runs beside the pod loop
-    assert [x["component"] for x in daemon.logged("component.started")] == ["limitranges"]
+    # beside the pod loop only the LimitRange watch, which bounds the annotations by default, and the
+    # read-only opt-in notices (the features are off in the code's defaults)
+    assert [x["component"] for x in daemon.logged("component.started")] == ["limitranges", "opt-in-notices"]
     assert not (env.tmp / "state" / "recommender.json").exists()
