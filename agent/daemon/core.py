@@ -293,7 +293,7 @@ class Daemon:
         if report.statuses:
             fields["resize"] = {st.pod: st.state.value for st in report.statuses}
         quiet = report.outcome in (Outcome.CONVERGED, Outcome.WAITING) and not new
-        (log.debug if quiet else log.info)("reconcile", **fields)
+        (log.debug if quiet else log.warning if report.outcome is Outcome.FAILED else log.info)("reconcile", **fields)
         for event in report.events:
             target = self._ref(event.uid) if event.uid else ref
             if target is not None and target.uid:

@@ -143,6 +143,14 @@ def _kubelet_owned_writes(run: NodeRun) -> list[str]:
     return [p for p in changed if pod_uid(p) is not None]
 
 
+def _failed_passes(run: NodeRun) -> list[str]:
+    """The agent's passes that failed during the run (a write it could not make: the tier then moves
+    only at the kubelet's next QoS pass), with their first error."""
+    since = time.monotonic() - run.started + 5
+    return [f"{line.get('scope')}: {(line.get('errors') or ['?'])[0]}" for line in run.agent.lines(since)
+            if line.get("event") == "reconcile" and line.get("outcome") == "failed"]
+
+
 def _resources(run: NodeRun) -> tuple[float, float]:
     """The agent's RSS (MiB) and CPU time (s) as the node counts them."""
     pids = run.agent.host_pids()
@@ -178,22 +186,24 @@ def test_five_minutes_beside_the_kubelet_and_systemd() -> None:
             result = compare(node, diff, mine)
             fights = run.agent.drift() - run.drift_before
             owned = _kubelet_owned_writes(run)
+            failed = _failed_passes(run)
             (rss0, cpu0), w0 = usage0[node]
             rss, cpu = _resources(run)
             cpu_pct = 100 * (cpu - cpu0) / (time.monotonic() - w0)
             print(f"\ne2e-k8s beside {node}: {run.events} events ({run.reloads} daemon-reloads, "
                   f"{run.containerd_restarts} containerd restarts) in {time.monotonic() - t0:.0f} s: fights "
-                  f"{fights:.0f}, drift {fights:.0f}, kubelet-owned writes {len(owned)}, values reverted after "
+                  f"{fights:.0f}, drift {fights:.0f}, failed passes {len(failed)}, kubelet-owned writes {len(owned)}, values reverted after "
                   f"daemon-reload {run.reverted}; tier moved after each event in median "
                   f"{statistics.median(run.tier_s):.2f} s, max {max(run.tier_s):.2f} s; final diff "
                   f"{result.compared} values, {len(result.disagreements)} disagreements; agent RSS {rss:.0f} MiB "
                   f"(start {rss0:.0f}), CPU {cpu_pct:.2f} % of a core")
-            report[node] = {"events": run.events, "fights": fights, "kubelet_owned_writes": len(owned),
+            report[node] = {"events": run.events, "fights": fights, "kubelet_owned_writes": len(owned), "failed_passes": len(failed),
                             "reverted_after_daemon_reload": run.reverted, "tier_move_s": run.tier_s,
                             "agent_rss_mib": rss, "agent_cpu_pct": cpu_pct, "daemon_reloads": run.reloads,
                             "containerd_restarts": run.containerd_restarts}
             assert fights == 0, f"{node}: the agent found its values changed {fights:.0f} times"
             assert not owned, f"{node}: the agent wrote what the kubelet owns: {owned[:5]}"
+            assert not failed, f"{node}: {len(failed)} of the agent's passes failed: {failed[:3]}"
             assert run.reverted == 0, f"{node}: {run.reverted} agent values reverted by daemon-reload"
             assert not result.disagreements, "\n".join(map(str, result.disagreements))
         assert runs[V2_NODE].reloads >= 2 and runs[V2_NODE].containerd_restarts >= 1
