@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import structlog
 
 from agent.compute.node import TERMINAL_PHASES
+from agent.daemon import heap
 from agent.daemon.reconciler import Outcome, Reconciler, Report
 from agent.kube.status import PodRef, StatusReporter
 from agent.kube.watch import PodSink, pod_identity
@@ -213,7 +214,8 @@ class Daemon:
             with structlog.contextvars.bound_contextvars(scope="tiers"):
                 report = self.reconciler.reconcile_tiers(self._views(), self.stop.is_set)
                 self._finish(key, None, report, start)
-            if report.outcome is not Outcome.INTERRUPTED:
+            if report.outcome is not Outcome.INTERRUPTED and not self._tiers_done.is_set():
+                heap.settle()  # what the first full pass built stays: out of the collector's way
                 self._tiers_done.set()
             return
         with self._lock:
