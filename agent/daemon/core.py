@@ -45,9 +45,17 @@ class PodSource(Protocol):
     def interrupt(self) -> None: ...
 
 
+class RawsNotKept(RuntimeError):
+    """A daemon built without the pods' objects (`keep_raw=False`: no component) was asked for them."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} needs the pods' objects as the source sent them: a Daemon with keep_raw=True")
+        self.what = what
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    raw: Mapping[str, Any]
+    raw: Mapping[str, Any] | None  # None unless the daemon keeps the objects (`keep_raw`)
     ref: PodRef
     view: PodView | None  # None when the pod could not be read
 
@@ -66,7 +74,11 @@ class Daemon:
         stop: threading.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
         sources: Sequence[Source] = DEFAULT_SOURCES,
+        keep_raw: bool = True,
     ) -> None:
+        # `keep_raw`: each pod's object as the source sent it, for `refresh` and `raws` (the components'
+        # need); without components nothing reads it again, and it is the largest thing per pod.
+        self.keep_raw = keep_raw
         self.reconciler = reconciler
         self.sources = tuple(sources)
         self.source = source
@@ -160,8 +172,8 @@ class Daemon:
             return None
         with self._lock:
             previous = self._cache.get(uid)
-            self._cache[uid] = _Entry(raw, ref, view)
-        if previous is None or previous.raw != raw or previous.view != view:
+            self._cache[uid] = _Entry(raw if self.keep_raw else None, ref, view)
+        if previous is None or previous.view != view or (self.keep_raw and previous.raw != raw):
             self.queue.add(uid)
         return uid
 
@@ -169,9 +181,11 @@ class Daemon:
         """A source's outside state changed (a recommendation, a VPA): derive these pods' desired state
         again from their last known objects (every pod when `uids` is None); those whose view changed
         get a pass. Safe to call from any thread."""
+        if not self.keep_raw:
+            raise RawsNotKept("refresh")
         with self._lock:
             wanted = list(self._cache) if uids is None else [u for u in uids if u in self._cache]
-            raws = [self._cache[u].raw for u in wanted]
+            raws = [r for u in wanted if (r := self._cache[u].raw) is not None]
         for raw in raws:
             self._ingest(raw)
         if raws:
@@ -185,8 +199,10 @@ class Daemon:
 
     def raws(self) -> list[Mapping[str, Any]]:
         """The node's pods as the API last sent them (for components that need more than the view)."""
+        if not self.keep_raw:
+            raise RawsNotKept("raws")
         with self._lock:
-            return [e.raw for e in self._cache.values()]
+            return [e.raw for e in self._cache.values() if e.raw is not None]
 
     def _views(self) -> list[PodView]:
         """Every pod bound here, terminal ones too: they count in the tiers until known gone."""
