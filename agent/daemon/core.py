@@ -26,6 +26,7 @@ import structlog
 from agent.compute.node import TERMINAL_PHASES
 from agent.daemon import heap
 from agent.daemon.reconciler import Outcome, Reconciler, Report
+from agent.errors import PermanentError
 from agent.kube.status import PodRef, StatusReporter
 from agent.kube.watch import PodSink, pod_identity
 from agent.logging import get_logger
@@ -45,12 +46,13 @@ class PodSource(Protocol):
     def interrupt(self) -> None: ...
 
 
-class RawsNotKept(RuntimeError):
+class RawsNotKept(PermanentError):
     """A daemon built without the pods' objects (`keep_raw=False`: no component) was asked for them."""
 
     def __init__(self, what: str) -> None:
-        super().__init__(f"{what} needs the pods' objects as the source sent them: a Daemon with keep_raw=True")
-        self.what = what
+        super().__init__(
+            f"{what} needs the pods' objects as the source sent them: a Daemon with keep_raw=True", what=what
+        )
 
 
 @dataclass(frozen=True, slots=True)
