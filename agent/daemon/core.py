@@ -233,8 +233,8 @@ class Daemon:
                 report = self.reconciler.reconcile_tiers(self._views(), self.stop.is_set)
                 self._finish(key, None, report, start)
             if report.outcome is not Outcome.INTERRUPTED and not self._tiers_done.is_set():
-                heap.settle()  # what the first full pass built stays: out of the collector's way
                 self._tiers_done.set()
+                heap.settle()  # what the first full pass built stays: out of the collector's way
             return
         with self._lock:
             entry = self._cache.get(key)
