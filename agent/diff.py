@@ -100,6 +100,7 @@ def container_files(
     """Files of the running containers whose IDs the pod status gives (hugetlb is the runtime's)."""
     out: list[DesiredFile] = []
     pod_dir = cgroup_dir(pod.cgroup, opts.driver)
+    key = pod.pod.key  # one string for all the pod's files (a node's rendered files are kept)
     for cc in pod.containers:
         status = pod.pod.status_of(cc.container.name)
         if status is None or status.container_id is None:
@@ -118,7 +119,7 @@ def container_files(
             DesiredFile(
                 s,
                 Owner.CONTAINER,
-                pod.pod.key,
+                key,
                 pod.pod.uid,
                 cc.container.name,
                 status.container_id,
@@ -206,9 +207,9 @@ def desired_files(
         if hit is not None and hit[0] is pod:
             out.extend(hit[1])
             continue
+        key = pod.pod.key  # one string for all the pod's files (a node's rendered files are kept)
         files = tuple(
-            DesiredFile(s, Owner.POD, pod.pod.key, pod.pod.uid)
-            for s in layout.render(pod.cgroup, pod.values, hierarchy, opts)
+            DesiredFile(s, Owner.POD, key, pod.pod.uid) for s in layout.render(pod.cgroup, pod.values, hierarchy, opts)
         )
         if include_containers:
             files += container_files(pod, hierarchy, opts, container_opts or opts)

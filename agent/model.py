@@ -12,6 +12,7 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Final, NewType
 
 from agent.errors import PermanentError
@@ -85,8 +86,16 @@ class Resources:
 
     cpu_milli: int | None = None
     memory: int | None = None
-    hugepages: Mapping[int, int] = field(default_factory=dict)
+    hugepages: Mapping[int, int] = field(default_factory=lambda: NO_HUGEPAGES)
     other: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        # Most ResourceLists have neither: one shared empty value instead of a dict and a frozenset per
+        # instance (a node's pods, their allocations and computations hold tens of thousands of these).
+        if not self.hugepages and self.hugepages is not NO_HUGEPAGES:
+            object.__setattr__(self, "hugepages", NO_HUGEPAGES)
+        if not self.other and self.other is not NO_OTHER:
+            object.__setattr__(self, "other", NO_OTHER)
 
     def is_empty(self) -> bool:
         return self.cpu_milli is None and self.memory is None and not self.hugepages and not self.other
@@ -95,6 +104,8 @@ class Resources:
         return self.cpu_milli is not None or self.memory is not None
 
 
+NO_HUGEPAGES: Final[Mapping[int, int]] = MappingProxyType({})
+NO_OTHER: Final[frozenset[str]] = frozenset()
 EMPTY: Final = Resources()
 
 

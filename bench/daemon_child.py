@@ -323,6 +323,7 @@ def main(argv: list[str]) -> int:
         node=None,
         resync_period_s=settings.resync_period_s,
         workers=settings.workers,
+        keep_raw=False,  # as `run` without components
     )
     endpoints = Endpoints(
         metrics, Probe(daemon.healthy, daemon.ready), settings.metrics_bind_address, settings.health_bind_address

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import cProfile
+import gc
 import pstats
 import statistics
 import tempfile
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.daemon import select_reconciler
+from agent.daemon import heap, select_reconciler
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.daemon.reconciler import Outcome
 from agent.model import PodView
@@ -79,6 +80,8 @@ def reconciler(node: MemNode, kind: str, state_dir: Path) -> tuple[EngineReconci
         rec.engine.store = MemCheckpoints()
     rec.start(node.pods)
     rec.reconcile_tiers(node.pods, NEVER)
+    gc.unfreeze()  # the previous run's reconciler: collected, not kept frozen
+    heap.settle()  # as the daemon after its first full pass
     return rec, files
 
 

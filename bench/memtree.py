@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import random
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
 from agent.compute import ComputeConfig, compute_node, compute_pod
 from agent.diff import Owner, desired_files
-from agent.model import UNLIMITED, ContainerID, ContainerValues, PodView
+from agent.model import UNLIMITED, ContainerID, ContainerValues, PodUID, PodView
 from agent.pipeline import Environment
 from agent.pods.parse import parse_pod
 from agent.resize.state import PodRecord
@@ -112,6 +112,14 @@ class MemCheckpoints(PodStore):
 
     def save(self, records: Iterable[PodRecord]) -> None:
         self.records = {r.uid: r for r in records}
+
+    def save_changed(self, records: Mapping[PodUID, PodRecord], uids: Collection[PodUID]) -> None:
+        for uid in uids:
+            r = records.get(uid)
+            if r is None:
+                self.records.pop(uid, None)
+            else:
+                self.records[uid] = r
 
 
 @dataclass

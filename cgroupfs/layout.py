@@ -125,13 +125,17 @@ def render(
     """
     out: list[FileSetting] = []
     below = cgroup_dir(name, opts.driver) if subdir is None else subdir
+    dirs: dict[str, str] = {}  # mount -> directory: one string shared by the cgroup's files (kept per pod)
 
     def put(controller: Controller, filename: str, value: str) -> None:
         loc = hierarchy.locate(controller)
         if loc is None:
             return
         version, mount = loc
-        out.append(FileSetting(name, controller, version, _join(mount, below), filename, value))
+        directory = dirs.get(mount)
+        if directory is None:
+            directory = dirs[mount] = _join(mount, below)
+        out.append(FileSetting(name, controller, version, directory, filename, value))
 
     quota, period = values.cpu_quota, values.cpu_period
     if opts.driver is DriverKind.SYSTEMD and (quota or period):

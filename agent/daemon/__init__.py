@@ -273,6 +273,7 @@ def _serve(
         workers=settings.workers,
         stop=stop,
         sources=(*default_sources(settings.annotation_namespaces, limit_ranges), *context.sources),
+        keep_raw=bool(components),  # only components refresh pods or read their objects
     )
     if limit_ranges is not None:
         from agent.daemon.limitranges import wait_settled

@@ -24,7 +24,9 @@ from typing import Any, Protocol
 import structlog
 
 from agent.compute.node import TERMINAL_PHASES
+from agent.daemon import heap
 from agent.daemon.reconciler import Outcome, Reconciler, Report
+from agent.errors import PermanentError
 from agent.kube.status import PodRef, StatusReporter
 from agent.kube.watch import PodSink, pod_identity
 from agent.logging import get_logger
@@ -44,9 +46,18 @@ class PodSource(Protocol):
     def interrupt(self) -> None: ...
 
 
+class RawsNotKept(PermanentError):
+    """A daemon built without the pods' objects (`keep_raw=False`: no component) was asked for them."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} needs the pods' objects as the source sent them: a Daemon with keep_raw=True", what=what
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    raw: Mapping[str, Any]
+    raw: Mapping[str, Any] | None  # None unless the daemon keeps the objects (`keep_raw`)
     ref: PodRef
     view: PodView | None  # None when the pod could not be read
 
@@ -65,7 +76,11 @@ class Daemon:
         stop: threading.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
         sources: Sequence[Source] = DEFAULT_SOURCES,
+        keep_raw: bool = True,
     ) -> None:
+        # `keep_raw`: each pod's object as the source sent it, for `refresh` and `raws` (the components'
+        # need); without components nothing reads it again, and it is the largest thing per pod.
+        self.keep_raw = keep_raw
         self.reconciler = reconciler
         self.sources = tuple(sources)
         self.source = source
@@ -159,8 +174,8 @@ class Daemon:
             return None
         with self._lock:
             previous = self._cache.get(uid)
-            self._cache[uid] = _Entry(raw, ref, view)
-        if previous is None or previous.raw != raw or previous.view != view:
+            self._cache[uid] = _Entry(raw if self.keep_raw else None, ref, view)
+        if previous is None or previous.view != view or (self.keep_raw and previous.raw != raw):
             self.queue.add(uid)
         return uid
 
@@ -168,9 +183,11 @@ class Daemon:
         """A source's outside state changed (a recommendation, a VPA): derive these pods' desired state
         again from their last known objects (every pod when `uids` is None); those whose view changed
         get a pass. Safe to call from any thread."""
+        if not self.keep_raw:
+            raise RawsNotKept("refresh")
         with self._lock:
             wanted = list(self._cache) if uids is None else [u for u in uids if u in self._cache]
-            raws = [self._cache[u].raw for u in wanted]
+            raws = [r for u in wanted if (r := self._cache[u].raw) is not None]
         for raw in raws:
             self._ingest(raw)
         if raws:
@@ -184,8 +201,10 @@ class Daemon:
 
     def raws(self) -> list[Mapping[str, Any]]:
         """The node's pods as the API last sent them (for components that need more than the view)."""
+        if not self.keep_raw:
+            raise RawsNotKept("raws")
         with self._lock:
-            return [e.raw for e in self._cache.values()]
+            return [e.raw for e in self._cache.values() if e.raw is not None]
 
     def _views(self) -> list[PodView]:
         """Every pod bound here, terminal ones too: they count in the tiers until known gone."""
@@ -213,8 +232,9 @@ class Daemon:
             with structlog.contextvars.bound_contextvars(scope="tiers"):
                 report = self.reconciler.reconcile_tiers(self._views(), self.stop.is_set)
                 self._finish(key, None, report, start)
-            if report.outcome is not Outcome.INTERRUPTED:
+            if report.outcome is not Outcome.INTERRUPTED and not self._tiers_done.is_set():
                 self._tiers_done.set()
+                heap.settle()  # what the first full pass built stays: out of the collector's way
             return
         with self._lock:
             entry = self._cache.get(key)

@@ -143,7 +143,15 @@ class EngineReconciler:
             self._drift_store.save(contested)
 
     def _pass(self, scope: str, full: bool) -> Report:
+        """One pass. What the gate said is dropped before returning: a node-wide pass's gated diff
+        holds every file of the node, and freeing it is that pass's cost, not the next pod event's."""
         self._gated.clear()
+        try:
+            return self._gated_pass(scope, full)
+        finally:
+            self._gated.clear()
+
+    def _gated_pass(self, scope: str, full: bool) -> Report:
         if self.observe_only:
             result = self.engine.dry_run()
         else:

@@ -35,16 +35,30 @@ def allocation_of(pod: PodView) -> PodAllocation:
 
 
 def with_allocation(pod: PodView, alloc: PodAllocation) -> PodView:
-    """`pod` with its resources replaced by `alloc` (containers matched by name; others unchanged)."""
+    """`pod` with its resources replaced by `alloc` (containers matched by name; others unchanged).
+    What `alloc` leaves as it is stays the very same object, and so does `pod` itself when nothing
+    changes (most pods: allocated as they ask); the engine keeps each pod's computation from this view,
+    so a copy would be a second view of every pod held for the daemon's life."""
 
     def one(c: ContainerView) -> ContainerView:
         a = alloc.container(c.name)
-        return c if a is None else replace(c, requests=a.requests, limits=a.limits)
+        if a is None or (a.requests == c.requests and a.limits == c.limits):
+            return c
+        return replace(c, requests=a.requests, limits=a.limits)
 
+    containers = tuple(one(c) for c in pod.containers)
+    init_containers = tuple(one(c) for c in pod.init_containers)
+    if (
+        all(a is b for a, b in zip(containers, pod.containers, strict=True))
+        and all(a is b for a, b in zip(init_containers, pod.init_containers, strict=True))
+        and alloc.pod_requests == pod.pod_requests
+        and alloc.pod_limits == pod.pod_limits
+    ):
+        return pod
     return replace(
         pod,
-        containers=tuple(one(c) for c in pod.containers),
-        init_containers=tuple(one(c) for c in pod.init_containers),
+        containers=containers,
+        init_containers=init_containers,
         pod_requests=alloc.pod_requests,
         pod_limits=alloc.pod_limits,
     )

@@ -125,6 +125,13 @@ class ResizeEngine:
         self._stale: set[PodUID] = set()  # pod or allocation changed since computed
         self._dirty: set[PodUID] = set()  # to converge in the next pass (changed, or not converged yet)
         self._files: FilesCache = {}  # each pod's rendered files, while its computation is unchanged
+        # Indexes that keep a pod event O(what changed): the pods whose record may differ from the one
+        # last saved, the pods with a resize state or a restart (the few a pass looks at; every other
+        # record is a pod never resized), and each pod's place in the node's order.
+        self._touched: set[PodUID] = set()
+        self._active: set[PodUID] = set()
+        self._order: dict[PodUID, int] = {}
+        self._next = 0
 
     # ---- pods in ----
 
@@ -148,13 +155,14 @@ class ResizeEngine:
             records = rebuild_records(self.settings, self.env, pods)
         else:
             records = [*loaded.records, *rebuild_records(self.settings, self.env, [p for p in pods if p.uid in damaged])]
-        self._state = sm.restore(records)
+        self._set(sm.restore(records))
         self._stale.update(self._comps)
         self._pods = {}
+        self._order = {}
         self._terminal.clear()
         self.observe(pods)
         if persist:
-            self._save()
+            self._save(full=True)
         return problems
 
     def observe(self, pods: Sequence[PodView]) -> None:
@@ -172,18 +180,22 @@ class ResizeEngine:
         if self._pods.get(pod.uid) is not pod:
             self._stale.add(pod.uid)
             self._dirty.add(pod.uid)
+        if pod.uid not in self._order:
+            self._order[pod.uid] = self._next
+            self._next += 1
         self._pods[pod.uid] = pod
         if pod.phase in TERMINAL_PHASES:
             self._terminal.add(pod.uid)
         else:
             self._terminal.discard(pod.uid)
-        self._state = sm.observe_pod(self._state, pod)
+        self._set(sm.observe_pod(self._state, pod), (pod.uid,))
 
     def remove(self, uid: PodUID) -> None:
         self._pods.pop(uid, None)
+        self._order.pop(uid, None)
         self._files.pop(uid, None)
         self._terminal.discard(uid)
-        self._state = sm.remove_pod(self._state, uid)
+        self._set(sm.remove_pod(self._state, uid), (uid,))
         self._stale.add(uid)
         self._dirty.discard(uid)
 
@@ -194,8 +206,30 @@ class ResizeEngine:
         return rec.status() if rec is not None else None
 
     def statuses(self) -> tuple[ResizeStatus, ...]:
-        out = [r.status() for r in self._state.records.values()]
+        records = self._state.records
+        out = [records[u].status() for u in self._active]
         return tuple(sorted((s for s in out if s is not None), key=lambda s: s.pod))
+
+    def _set(self, state: sm.EngineState, uids: Collection[PodUID] | None = None) -> None:
+        """The one way the state changes: `uids` are the pods whose records may have changed (None:
+        any), kept in the indexes."""
+        self._state = state
+        records = state.records
+        if uids is None:
+            self._active = {u for u, r in records.items() if r.state is not None or r.restarted}
+            self._touched.update(records)
+            return
+        self._touched.update(uids)
+        for uid in uids:
+            rec = records.get(uid)
+            if rec is not None and (rec.state is not None or rec.restarted):
+                self._active.add(uid)
+            else:
+                self._active.discard(uid)
+
+    def _queue(self) -> list[sm.PodRecord]:
+        """`sm.queue` over the active pods only (a queued record always has a state)."""
+        return sm.queue(self._state, self._active)
 
     def effective_pods(self) -> tuple[PodView, ...]:
         """The node's pods at their allocated values: what every cgroup value is computed from."""
@@ -222,11 +256,13 @@ class ResizeEngine:
         """The steps `reconcile` would run now, in order, assuming each succeeds; nothing is written and
         the engine's state is left as it was. Container steps are shown even without a runtime."""
         saved_state, dirty = self._state, set(self._dirty)
+        active, touched = set(self._active), set(self._touched)
         sim = Simulated(self.env.files)
         try:
             return self._pass(sim, sim.run, include_containers=True, save=False, full=True)
         finally:
             self._state, self._dirty = saved_state, dirty
+            self._active, self._touched = active, touched
             self._stale.update(self._pods)  # allocations may have moved during the dry run
 
     def _pass(
@@ -244,37 +280,45 @@ class ResizeEngine:
         self._stale |= lingering ^ self._lingering
         self._lingering = lingering
         self._refresh()
-        self._state, accepted = sm.admit_pending(
-            self._state, self._pods, self.capacity, now, self.timing, used=self._used, decide=self.admit
+        queued = [r.uid for r in self._queue()]  # admission changes queued records only
+        state, accepted = sm.admit_pending(
+            self._state,
+            self._pods,
+            self.capacity,
+            now,
+            self.timing,
+            used=self._used,
+            decide=self.admit,
+            queued=queued,
         )
+        self._set(state, queued)
         report.accepted = accepted
         self._stale.update(accepted)
         unsaved: frozenset[str] = frozenset()
         if (accepted or self._unsaved) and save:
             # allocated state on disk before any step that depends on it (retried if it failed); a pod
             # whose record could not be written waits, the others go on
-            unsaved = self._save_or_report(report)
+            unsaved = self._save_or_report(report, full=full)
         scope: set[PodUID] | None = None
         if not full:
             scope = {u for u in self._dirty if u in self._pods}
-            scope.update(r.uid for r in sm.queue(self._state) if r.uid in self._pods)
+            scope.update(r.uid for r in self._queue() if r.uid in self._pods)
         snap = self.snapshot(reader, scope)
         report.warnings.extend(snap.node.warnings)
         report.errors.extend(snap.node.errors)
         handled: set[str] = set()
-        for rec in sm.queue(self._state):
+        for rec in self._queue():
             if not sm.due(rec, now) or rec.uid not in self._pods or rec.uid in unsaved:
                 continue
             handled.add(rec.pod)
             wrote, after = self._drive(rec.uid, snap, reader, run, report, include_containers, save)
             if wrote:  # the pod's read-back serves the rest of the pass
                 snap = merged(snap, after or self.snapshot(reader, {rec.uid}), rec.pod)
-        skip = set(handled) | {r.pod for u, r in self._state.records.items() if u in unsaved}
+        skip = set(handled) | {r.pod for u in unsaved if (r := self._state.records.get(PodUID(u))) is not None}
         frozen: set[tuple[str, str]] = set()
         actuating = False  # an admitted allocation of a pod still here is not in its cgroups yet
-        for rec in self._state.records.values():
-            if rec.state is None and not rec.restarted:
-                continue  # never resized: neither backing off nor waiting for a restart (most pods)
+        for uid in self._active:  # the others were never resized: neither backing off nor restarting
+            rec = self._state.records[uid]
             if sm.backing_off(rec, now):
                 skip.add(rec.pod)
             if rec.restarted:
@@ -309,7 +353,7 @@ class ResizeEngine:
                     Problem(getattr(failed.step, "pod", None), f"{describe(failed.step)}: {failed.error}")
                 )
         if save:
-            self._save_or_report(report)
+            self._save_or_report(report, full=full)
         # what the next event's pass must look at again: pods still waiting for their cgroup, or all
         # of this pass's pods when a step failed (the rest of the queue is in every pass anyway)
         failed_any = any(not o.ok for p in report.passes for o in p.execution.outcomes)
@@ -341,7 +385,11 @@ class ResizeEngine:
         """The tree read and diffed against the pods at their allocated values: every pod, or only
         those in `scope` (the tiers always, from the running totals)."""
         self._refresh()
-        uids = self._pods if scope is None else [u for u in self._pods if u in scope]
+        uids: Collection[PodUID] = (
+            self._pods
+            if scope is None
+            else sorted((u for u in scope if u in self._pods), key=self._order.__getitem__)
+        )
         comps: list[PodComputation] = []
         warnings: list[Problem] = []
         errors: list[Problem] = []
@@ -457,34 +505,46 @@ class ResizeEngine:
         return directory is not None and reader.exists(directory)
 
     def _outcome(self, uid: PodUID, outcome: sm.Outcome) -> None:
-        self._state = sm.actuated(self._state, uid, outcome, self.clock(), self.timing)
+        self._set(sm.actuated(self._state, uid, outcome, self.clock(), self.timing), (uid,))
 
     def _on_step(self, outcome: StepOutcome) -> None:
         step = outcome.step
         if outcome.ok and isinstance(step, RestartStep):
-            self._state = sm.mark_restarted(self._state, step.pod_uid, step.container, step.container_id)
+            self._set(sm.mark_restarted(self._state, step.pod_uid, step.container, step.container_id), (step.pod_uid,))
             self._save()  # so a restart never repeats for the same allocation
 
     # ---- checkpoint ----
 
-    def _save_or_report(self, report: PassReport) -> frozenset[str]:
+    def _save_or_report(self, report: PassReport, *, full: bool) -> frozenset[str]:
         """Save; the pods whose records could not be written are reported and returned (a failure of
         the directory itself raises: nothing may be actuated then)."""
         try:
-            self._save()
+            self._save(full=full)
         except RecordsNotSaved as err:
             report.errors.append(Problem(None, err.user_message()))
             return err.uids
         return frozenset()
 
-    def _save(self) -> None:
+    def _save(self, *, full: bool = False) -> None:
         """Write the records that changed (the state is immutable: an unchanged pass keeps the very
-        same mapping, so nothing is looked at); the store writes only the changed pods' records."""
+        same mapping, so nothing is looked at); the store writes only the changed pods' records. A pod
+        event hands the store the pods it touched; a resync (`full`) has every record looked at."""
         records = self._state.records
         if records is self._saved_records:
             return
         self._unsaved = True  # until it is on disk: no step may run on a state that is not
-        self.store.save(records.values())
+        touched, self._touched = self._touched, set()
+        try:
+            if full:
+                self.store.save(records.values())
+            else:
+                self.store.save_changed(records, touched)
+        except RecordsNotSaved as err:
+            self._touched.update(PodUID(u) for u in err.uids)  # the others are on disk
+            raise
+        except BaseException:
+            self._touched |= touched
+            raise
         self._saved_records = records
         self._unsaved = False
 

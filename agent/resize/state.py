@@ -13,7 +13,7 @@ mutable reference and does all I/O. Ordering rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent.compute.aggregate import pod_requests
@@ -140,9 +140,12 @@ def observe(state: EngineState, pods: Sequence[PodView]) -> EngineState:
     return state
 
 
-def queue(state: EngineState) -> list[PodRecord]:
-    """Records with a resize pending or being actuated, in arrival order."""
-    return sorted((r for r in state.records.values() if r.arrival is not None), key=lambda r: r.arrival or 0)
+def queue(state: EngineState, among: Collection[PodUID] | None = None) -> list[PodRecord]:
+    """Records with a resize pending or being actuated, in arrival order. `among`: the pods that may
+    be queued, when the caller keeps them (a node's queue is short; its records are many)."""
+    records = state.records
+    found = records.values() if among is None else (records[u] for u in among if u in records)
+    return sorted((r for r in found if r.arrival is not None), key=lambda r: r.arrival or 0)
 
 
 def _eligible(rec: PodRecord, now: float, capacity_freed: bool) -> bool:
@@ -161,18 +164,20 @@ def admit_pending(
     timing: Timing,
     used: tuple[int, int] | None = None,
     decide: Admit = admit,
+    queued: Collection[PodUID] | None = None,
 ) -> tuple[EngineState, list[PodUID]]:
     """Admit queued resizes in arrival order; returns the new state and the UIDs accepted (whose
     allocations the caller must checkpoint before actuating anything). `used`: the summed allocated
     (CPU milli, memory) requests of every non-terminal pod with a record, when the caller keeps them as
-    running totals; the other pods are then never walked (O(queue), not O(node))."""
+    running totals; the other pods are then never walked (O(queue), not O(node)). `queued`: the pods
+that may be queued, when the caller keeps them (admission changes no other record)."""
     by_uid = pods if isinstance(pods, Mapping) else {p.uid: p for p in pods}
     accepted: list[PodUID] = []
     capacity_freed = state.capacity_freed
     changed = True
     while changed:
         changed = False
-        for rec in queue(state):
+        for rec in queue(state, queued):
             if not _eligible(rec, now, capacity_freed):
                 continue
             pod = by_uid.get(rec.uid)

@@ -8,6 +8,15 @@ BENCHMARKS.md figure 2). A crash leaves each record either old or new; a record 
 (bad JSON, checksum, kind, version, shape, a file name that is not its UID) is moved aside as
 `<uid>.json.corrupt` and only that pod's allocation is rebuilt from the kernel, with a warning.
 
+Why a completed resize's record skips the directory fsync: a resize writes the pod's record twice,
+once when admitted (its new allocation, with its place in the queue: durable — file and directory
+fsynced — before the first cgroup write) and once when actuated (the same allocation, out of the
+queue). The second differs from the first only in that place (`completes`), so losing its rename in a
+crash shows the first, durable record: the pod restarts InProgress at the same allocation and is driven
+again, which reads the kernel back and finds it done (or writes what is missing). The second record's
+data is still fsynced before its rename, so the name never points at an empty file; the next batch's
+directory fsync (or the file system's own commit) makes the rename durable.
+
 The single-file checkpoint of earlier releases (`resize-checkpoint.json`) is migrated on first start:
 its records are written here, then the old file is renamed `.migrated` (kept for one release).
 """
@@ -16,13 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from agent.atomicfile import fsync_dir, write_atomic
-from agent.model import ModelError, validate_pod_uid
+from agent.model import ModelError, PodUID, validate_pod_uid
 from agent.resize.allocation import allocation_from_json, allocation_to_json
 from agent.resize.checkpoint import CHECKPOINT_NAME, CheckpointCorrupt, CheckpointError, CheckpointStore
 from agent.resize.state import PodRecord
@@ -50,6 +59,21 @@ class Loaded:
 
 def _canonical(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def persisted(r: PodRecord) -> tuple[object, ...]:
+    """What of a record reaches the disk: two records with equal `persisted` encode to the same bytes."""
+    return (r.uid, r.pod, r.allocated, dict(r.restarted), r.arrival)
+
+
+def completes(old: PodRecord, new: PodRecord) -> bool:
+    """`new` only takes a durable `old` out of the queue: the same pod, allocation and restarts. Losing
+    `new` in a crash restores `old`, i.e. the same allocation InProgress, driven again (idempotent)."""
+    return (
+        old.arrival is not None
+        and new.arrival is None
+        and (old.uid, old.pod, old.allocated, dict(old.restarted)) == (new.uid, new.pod, new.allocated, dict(new.restarted))
+    )
 
 
 def encode_record(r: PodRecord) -> bytes:
@@ -104,7 +128,7 @@ class PodStore:
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / DIR_NAME
         self.writes = 0  # records written (a figure for the benchmarks and tests)
-        self._saved: dict[str, PodRecord] = {}  # uid -> the record object last written
+        self._saved: dict[PodUID, PodRecord] = {}  # uid -> the record object last written
 
     def exists(self) -> bool:
         return self.path.is_dir() or (self.state_dir / CHECKPOINT_NAME).exists()
@@ -165,17 +189,35 @@ class PodStore:
 
     def save(self, records: Iterable[PodRecord]) -> None:
         """Write the records that changed (records are immutable: a new object is a change) and remove
-        those of pods that are gone; one directory fsync for the batch."""
+        those of pods that are gone; one directory fsync for the batch. Looks at every record: the
+        engine's resyncs and start; a pod event uses `save_changed`."""
         current = {r.uid: r for r in records}
-        changed = [r for uid, r in current.items() if self._saved.get(uid) is not r]
-        gone = [uid for uid in self._saved if uid not in current]
+        self._save(current, [*current, *(uid for uid in self._saved if uid not in current)])
+
+    def save_changed(self, records: Mapping[PodUID, PodRecord], uids: Collection[PodUID]) -> None:
+        """`save` for the pods in `uids` only (the caller knows which records may have changed since
+        its last save): a pod event costs the records it changed, not the node's."""
+        self._save(records, uids)
+
+    def _save(self, current: Mapping[PodUID, PodRecord], uids: Iterable[PodUID]) -> None:
+        changed: list[PodRecord] = []
+        gone: list[PodUID] = []
+        for uid in uids:
+            r = current.get(uid)
+            if r is None:
+                if uid in self._saved:
+                    gone.append(uid)
+            elif self._saved.get(uid) is not r:
+                changed.append(r)
         if not changed and not gone:
             return
         failed: dict[str, str] = {}  # uid -> why: one pod's record failing never holds back the others
+        sync_dir = bool(gone)
         try:
             self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
             for r in changed:
-                if self._saved.get(r.uid) is not None and encode_record(self._saved[r.uid]) == encode_record(r):
+                old = self._saved.get(r.uid)
+                if old is not None and persisted(old) == persisted(r):
                     self._saved[r.uid] = r  # an equal record: nothing to write
                     continue
                 try:
@@ -184,10 +226,12 @@ class PodStore:
                     failed[r.uid] = err.strerror or str(err)
                     continue
                 self._saved[r.uid] = r
+                sync_dir = sync_dir or old is None or not completes(old, r)
             for uid in gone:
                 (self.path / f"{uid}{SUFFIX}").unlink(missing_ok=True)
                 del self._saved[uid]
-            fsync_dir(self.path)
+            if sync_dir:
+                fsync_dir(self.path)
         except OSError as err:
             raise CheckpointError(self.path, f"cannot write: {err.strerror or err}") from err
         if failed:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+import pytest
+
 from agent.daemon.core import Daemon
 from agent.metrics import Metrics
 from agent.queue import TIERS
@@ -71,3 +73,28 @@ def test_refresh_rederives_only_pods_whose_view_changed() -> None:
     d.refresh(None)  # every pod
     assert set(_drain(d)) == {"u-2", TIERS}
     assert {v.uid: v for v in d._views()}["u-2"].containers[0].requests.cpu_milli == 300
+
+
+def test_without_components_the_daemon_keeps_views_not_the_pods_objects() -> None:
+    """`keep_raw=False` (no component refreshes pods or reads their objects): a pod's object is not
+    kept, a change that leaves its view as it was queues no pod pass, and asking for the objects is an
+    error that names what needs them."""
+    from agent.daemon.core import RawsNotKept
+
+    d = Daemon(cast(Any, None), cast(Any, None), cast(Any, None), Metrics(), node="n1", resync_period_s=60, keep_raw=False)
+    d.upsert(_raw("u-1"))
+    assert set(_drain(d)) == {"u-1", TIERS}
+    assert [v.uid for v in d.views()] == ["u-1"]
+    assert all(e.raw is None for e in d._cache.values())
+    same_view = _raw("u-1")
+    same_view["metadata"]["resourceVersion"] = "2"  # not part of the view
+    d.upsert(same_view)
+    assert _drain(d) == [TIERS]
+    changed = _raw("u-1")
+    changed["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "200m"
+    d.upsert(changed)
+    assert set(_drain(d)) == {"u-1", TIERS}
+    with pytest.raises(RawsNotKept, match="refresh"):
+        d.refresh(None)
+    with pytest.raises(RawsNotKept, match="raws"):
+        d.raws()
