@@ -37,6 +37,8 @@ def run(repeat: int = 7, sizes: tuple[int, ...] = SIZES) -> dict[str, Any]:
     out: dict[str, Any] = {
         "baseline_python": _time([py, "-c", "pass"], repeat),
         "baseline_import_kubernetes": _time([py, "-c", "import kubernetes"], repeat),
+        "version": _time([py, "-m", "agent", "version"], repeat),
+        "help": _time([py, "-m", "agent", "--help"], repeat),
         "diff": {},
     }
     with tempfile.TemporaryDirectory(prefix="kcg-bench-") as tmp:
