@@ -31,6 +31,7 @@ from cgroupfs.files import CgroupError, CgroupFiles, CgroupNotFound
 READ_SIZE: Final = 65536
 WANTED_NOFILE: Final = 65536
 RESERVE_MIN: Final = 256  # descriptors left for the rest of the process (sockets, logs, path reads)
+ROOM_FOR_PATH_READS: Final = 32  # given back after EMFILE: a path read holds one fd per path component
 _STALE: Final = frozenset({errno.ENODEV, errno.ENOENT, errno.ESTALE})
 _EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE})
 
@@ -130,7 +131,9 @@ class PinnedFiles:
         except CgroupError as err:
             if err.errno not in _EXHAUSTED:
                 raise
-            self.budget = self.open_count
+            self.budget = max(self.open_count - ROOM_FOR_PATH_READS, 0)
+            while self.open_count > self.budget:  # give back enough for the path reads to walk
+                self._close(next(iter(self._groups)))
             self._exhausted(f"{err}")
             return self._read_paths(group)
         fds = [fd for fd in opened if fd is not None]
