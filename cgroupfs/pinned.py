@@ -98,15 +98,18 @@ class PinnedFiles:
     def _read_fds(self, fds: list[int]) -> list[bytes]:
         pread = self._pread
         out = [pread(fd, READ_SIZE, 0) for fd in fds]
-        for i, data in enumerate(out):
-            if len(data) == READ_SIZE:  # a counter file is far smaller; read on rather than cut it
-                out[i] = self._rest(fds[i], data)
+        if READ_SIZE in map(len, out):  # a counter file is far smaller; read on rather than cut it
+            out = [self._rest(fd, data) if len(data) == READ_SIZE else data for fd, data in zip(fds, out, strict=True)]
         return out
 
     def sweep(self, live: Collection[Group]) -> None:
         """Close every group not in `live` (containers that went away)."""
         for group in [g for g in self._groups if g not in live]:
             self._close(group)
+
+    def forget(self, group: Group) -> None:
+        """Close one group's files (its container went away)."""
+        self._close(group)
 
     def close(self) -> None:
         for group in list(self._groups):

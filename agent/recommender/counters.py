@@ -106,16 +106,17 @@ def int_bytes(data: bytes | None) -> int | None:
 
 def field_bytes(data: bytes | None, key: bytes) -> int | None:
     """One "key value" line of a flat-keyed file, as `_kv` reads it, found without splitting the file:
-    `key` (with its trailing space, as the kernel prints it) starts a line and one integer follows."""
+    `key` is b"\\n" + the name + b" " (as the kernel prints it); the line starts the file or follows a
+    newline, and holds one integer."""
     if data is None:
         return None
-    if data.startswith(key):
-        start = len(key)
+    i = data.find(key)
+    if i >= 0:
+        start = i + len(key)
+    elif data.startswith(key[1:]):
+        start = len(key) - 1
     else:
-        i = data.find(b"\n" + key)
-        if i < 0:
-            return None
-        start = i + 1 + len(key)
+        return None
     end = data.find(b"\n", start)
     t = (data[start:] if end < 0 else data[start:end]).strip()
     if t.isdigit() or (t[:1] == b"-" and t[1:].isdigit()):
@@ -125,30 +126,29 @@ def field_bytes(data: bytes | None, key: bytes) -> int | None:
 
 def counters_v1(data: Sequence[bytes | None]) -> Counters:
     """`data` holds V1_EACH_TICK's files, then cpu.stat when it was read."""
-    cpu_stat = data[4] if len(data) > 4 else None
-    stat = data[2]
-    inactive = field_bytes(stat, b"total_inactive_file ")
-    return Counters(
-        cpu_usage_ns=int_bytes(data[0]),
-        nr_periods=field_bytes(cpu_stat, b"nr_periods "),
-        nr_throttled=field_bytes(cpu_stat, b"nr_throttled "),
-        memory_usage=int_bytes(data[1]),
-        inactive_file=inactive if inactive is not None else field_bytes(stat, b"inactive_file "),
-        oom_kills=field_bytes(data[3], b"oom_kill "),
-    )
+    cpu_usage, usage, stat, oom = data[0], data[1], data[2], data[3]
+    periods = throttled = None
+    if len(data) > 4 and (cpu_stat := data[4]) is not None:
+        periods, throttled = field_bytes(cpu_stat, b"\nnr_periods "), field_bytes(cpu_stat, b"\nnr_throttled ")
+    inactive = field_bytes(stat, b"\ntotal_inactive_file ")
+    if inactive is None:
+        inactive = field_bytes(stat, b"\ninactive_file ")
+    return Counters(int_bytes(cpu_usage), periods, throttled, int_bytes(usage), inactive, None,
+                    field_bytes(oom, b"\noom_kill "))
 
 
 def counters_v2(data: Sequence[bytes | None]) -> Counters:
     """`data` holds V2_EACH_TICK's files."""
     cpu_stat = data[0]
-    usage_usec = field_bytes(cpu_stat, b"usage_usec ")
+    usage_usec = field_bytes(cpu_stat, b"\nusage_usec ")
     return Counters(
-        cpu_usage_ns=usage_usec * 1000 if usage_usec is not None else None,
-        nr_periods=field_bytes(cpu_stat, b"nr_periods "),
-        nr_throttled=field_bytes(cpu_stat, b"nr_throttled "),
-        memory_usage=int_bytes(data[1]),
-        inactive_file=field_bytes(data[2], b"inactive_file "),
-        oom_kills=field_bytes(data[3], b"oom_kill "),
+        usage_usec * 1000 if usage_usec is not None else None,
+        field_bytes(cpu_stat, b"\nnr_periods "),
+        field_bytes(cpu_stat, b"\nnr_throttled "),
+        int_bytes(data[1]),
+        field_bytes(data[2], b"\ninactive_file "),
+        None,
+        field_bytes(data[3], b"\noom_kill "),
     )
 
 

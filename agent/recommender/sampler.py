@@ -125,6 +125,17 @@ def _warn(message: str) -> None:
 
 
 @dataclass(slots=True)
+class _Track:
+    """One container between ticks: what it reads, its last reading, the tick that last saw it. Kept by
+    the container's files (their paths hold the pod UID and the container ID) and updated in place."""
+
+    plan: _Plan
+    seen: int
+    at: float = 0.0
+    counters: Counters | None = None
+
+
+@dataclass(slots=True)
 class Sampler:
     """Reads each target's counters through descriptors kept open between ticks (`PinnedFiles`, closed
     as soon as the target is gone); `close` releases them all."""
@@ -132,8 +143,8 @@ class Sampler:
     reader: CgroupFiles
     starvation: bool = False
     throttle_threshold: float = 0.2
-    _previous: dict[tuple[str, str, str], tuple[float, Counters]] = field(default_factory=dict)
-    _plans: dict[tuple[tuple[str, str], ...], _Plan] = field(default_factory=dict)
+    _tracks: dict[tuple[tuple[str, str], ...], _Track] = field(default_factory=dict)
+    _ticks: int = 0
     _pinned: PinnedFiles | None = None
 
     def tick(self, now: float, wanted: Sequence[Target]) -> tuple[list[Sample], list[Target]]:
@@ -141,41 +152,36 @@ class Sampler:
         pinned = self._pinned
         if pinned is None:
             pinned = self._pinned = pinned_reader(self.reader, _warn)
-        plans, previous = self._plans, self._previous
+        self._ticks += 1
+        tick, tracks = self._ticks, self._tracks
         starvation, threshold = self.starvation, self.throttle_threshold
+        read = pinned.read
         samples: list[Sample] = []
         oomed: list[Target] = []
-        seen: set[tuple[str, str, str]] = set()
-        live: dict[tuple[tuple[str, str], ...], _Plan] = {}
-        added = False
+        seen = 0
         for t in wanted:
-            plan = plans.get(t.files)
-            if plan is None:
-                plan = _plan(t, starvation)
-                added = True
-            live[t.files] = plan
-            data = pinned.read(plan.each_tick)
+            track = tracks.get(t.files)
+            if track is None:
+                track = tracks[t.files] = _Track(_plan(t, starvation), 0)
+            if track.seen != tick:
+                seen += 1
+            plan = track.plan
+            data = read(plan.each_tick)
             if plan.slots is not None:
                 data = [None if i is None else data[i] for i in plan.slots]
             current = counters_v2(data) if t.v2 else counters_v1(data)
-            key = (t.pod, t.container, t.container_id)
-            seen.add(key)
-            prev = previous.get(key)
-            obs = observe(prev[1] if prev else None, current, now - prev[0] if prev else 0.0)
-            previous[key] = (now, current)
+            obs = observe(track.counters, current, now - track.at)
+            track.seen, track.at, track.counters = tick, now, current
             cpu = cpu_sample(obs, t.cpu_limit_cores, starvation, threshold)
             if cpu is not None or obs.working_set is not None:
-                samples.append(Sample(now, t.pod, t.container, cpu=cpu, memory=obs.working_set))
+                samples.append(Sample(now, t.pod, t.container, cpu, obs.working_set))
             if obs.new_oom_kills:
                 used = max(self._peak(plan) or 0, obs.working_set or 0)
                 samples.append(Sample(now, t.pod, t.container, memory=float(used), oom=True))
                 oomed.append(t)
-        if len(previous) != len(seen):
-            for gone in set(previous) - seen:
-                del previous[gone]
-        if added or len(plans) != len(live):  # a target came or went: close what no target reads
-            pinned.sweep({p.each_tick for p in live.values()})
-        self._plans = live
+        if seen != len(tracks):
+            for files in [f for f, tr in tracks.items() if tr.seen != tick]:  # gone: close its files now
+                pinned.forget(tracks.pop(files).plan.each_tick)
         return samples, oomed
 
     def _peak(self, plan: _Plan) -> int | None:

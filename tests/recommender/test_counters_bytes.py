@@ -85,12 +85,13 @@ def test_the_kernel_values_are_read() -> None:
 @pytest.mark.parametrize(
     ("data", "key", "value"),
     [
-        (b"a 1\nb 2\n", b"b ", 2),
-        (b"b 2", b"b ", 2),
-        (b"ab 1\n", b"b ", None),
-        (b"b_c 1\nb 5\n", b"b ", 5),
-        (b"b\n", b"b ", None),
-        (None, b"b ", None),
+        (b"a 1\nb 2\n", b"\nb ", 2),
+        (b"b 2", b"\nb ", 2),
+        (b"ab 1\n", b"\nb ", None),
+        (b"b_c 1\nb 5\n", b"\nb ", 5),
+        (b"b\n", b"\nb ", None),
+        (b"b -3\n", b"\nb ", -3),
+        (None, b"\nb ", None),
     ],
 )
 def test_field_bytes(data: bytes | None, key: bytes, value: int | None) -> None:
