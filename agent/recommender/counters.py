@@ -124,7 +124,12 @@ def field_bytes(data: bytes | None, key: bytes) -> int | None:
     return None
 
 
-def counters_v1(data: Sequence[bytes | None]) -> Counters:
+Reading = tuple[int | None, int | None, int | None, int | None, int | None, int | None, int | None]
+"""`Counters` as a plain tuple (same fields, same order): what the sampler keeps per container, built
+without a NamedTuple's Python-level __new__."""
+
+
+def values_v1(data: Sequence[bytes | None]) -> Reading:
     """`data` holds V1_EACH_TICK's files, then cpu.stat when it was read."""
     cpu_usage, usage, stat, oom = data[0], data[1], data[2], data[3]
     periods = throttled = None
@@ -133,15 +138,14 @@ def counters_v1(data: Sequence[bytes | None]) -> Counters:
     inactive = field_bytes(stat, b"\ntotal_inactive_file ")
     if inactive is None:
         inactive = field_bytes(stat, b"\ninactive_file ")
-    return Counters(int_bytes(cpu_usage), periods, throttled, int_bytes(usage), inactive, None,
-                    field_bytes(oom, b"\noom_kill "))
+    return (int_bytes(cpu_usage), periods, throttled, int_bytes(usage), inactive, None, field_bytes(oom, b"\noom_kill "))
 
 
-def counters_v2(data: Sequence[bytes | None]) -> Counters:
+def values_v2(data: Sequence[bytes | None]) -> Reading:
     """`data` holds V2_EACH_TICK's files."""
     cpu_stat = data[0]
     usage_usec = field_bytes(cpu_stat, b"\nusage_usec ")
-    return Counters(
+    return (
         usage_usec * 1000 if usage_usec is not None else None,
         field_bytes(cpu_stat, b"\nnr_periods "),
         field_bytes(cpu_stat, b"\nnr_throttled "),
@@ -150,6 +154,14 @@ def counters_v2(data: Sequence[bytes | None]) -> Counters:
         None,
         field_bytes(data[3], b"\noom_kill "),
     )
+
+
+def counters_v1(data: Sequence[bytes | None]) -> Counters:
+    return Counters(*values_v1(data))
+
+
+def counters_v2(data: Sequence[bytes | None]) -> Counters:
+    return Counters(*values_v2(data))
 
 
 class Observation(NamedTuple):
@@ -161,35 +173,47 @@ class Observation(NamedTuple):
     new_oom_kills: int
 
 
-def working_set(c: Counters) -> int | None:
-    if c.memory_usage is None:
+def working_set(c: Reading) -> int | None:
+    usage = c[3]  # memory_usage, inactive_file: by index, so a plain Reading serves as well as Counters
+    if usage is None:
         return None
-    return max(c.memory_usage - (c.inactive_file or 0), 0)
+    return max(usage - (c[4] or 0), 0)
 
 
-def observe(previous: Counters | None, current: Counters, elapsed_s: float) -> Observation:
-    """A CPU rate needs two readings; a counter that went backwards (a restarted container) gives none."""
+def rates(previous: Reading | None, current: Reading, elapsed_s: float) -> tuple[float | None, float | None, int]:
+    """(CPU cores, throttled fraction of the periods, new OOM kills) between two readings. A CPU rate
+    needs two readings; a counter that went backwards (a restarted container) gives none."""
     cores = throttled = None
     kills = 0
     if previous is not None and elapsed_s > 0:
-        if previous.cpu_usage_ns is not None and current.cpu_usage_ns is not None and current.cpu_usage_ns >= previous.cpu_usage_ns:
-            cores = (current.cpu_usage_ns - previous.cpu_usage_ns) / 1e9 / elapsed_s
-        if None not in (previous.nr_periods, current.nr_periods, previous.nr_throttled, current.nr_throttled):
-            assert previous.nr_periods is not None and current.nr_periods is not None
-            assert previous.nr_throttled is not None and current.nr_throttled is not None
-            periods = current.nr_periods - previous.nr_periods
+        p_cpu, p_periods, p_throttled, _, _, _, p_kills = previous
+        c_cpu, c_periods, c_throttled, _, _, _, c_kills = current
+        if p_cpu is not None and c_cpu is not None and c_cpu >= p_cpu:
+            cores = (c_cpu - p_cpu) / 1e9 / elapsed_s
+        if p_periods is not None and c_periods is not None and p_throttled is not None and c_throttled is not None:
+            periods = c_periods - p_periods
             if periods > 0:
-                throttled = max(current.nr_throttled - previous.nr_throttled, 0) / periods
-        if previous.oom_kills is not None and current.oom_kills is not None:
-            kills = max(current.oom_kills - previous.oom_kills, 0)
+                throttled = max(c_throttled - p_throttled, 0) / periods
+        if p_kills is not None and c_kills is not None:
+            kills = max(c_kills - p_kills, 0)
+    return cores, throttled, kills
+
+
+def observe(previous: Counters | None, current: Counters, elapsed_s: float) -> Observation:
+    cores, throttled, kills = rates(previous, current, elapsed_s)
     return Observation(cores, working_set(current), throttled, kills)
 
 
-def cpu_sample(obs: Observation, cpu_limit_cores: float | None, starvation: bool, threshold: float) -> float | None:
+def cpu_value(cores: float | None, throttled: float | None, cpu_limit_cores: float | None, starvation: bool,
+              threshold: float) -> float | None:
     """The CPU sample: usage, or — with starvation on and the container throttled in more than `threshold` of
     its periods — its limit, since throttling hides its real demand."""
-    if obs.cpu_cores is None:
+    if cores is None:
         return None
-    if starvation and cpu_limit_cores and obs.throttled_fraction is not None and obs.throttled_fraction > threshold:
-        return max(obs.cpu_cores, cpu_limit_cores)
-    return obs.cpu_cores
+    if starvation and cpu_limit_cores and throttled is not None and throttled > threshold:
+        return max(cores, cpu_limit_cores)
+    return cores
+
+
+def cpu_sample(obs: Observation, cpu_limit_cores: float | None, starvation: bool, threshold: float) -> float | None:
+    return cpu_value(obs.cpu_cores, obs.throttled_fraction, cpu_limit_cores, starvation, threshold)

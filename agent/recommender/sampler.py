@@ -19,12 +19,13 @@ from agent.recommender.counters import (
     V2_EACH_TICK,
     V2_FILES,
     V2_PEAK,
-    Counters,
-    counters_v1,
-    counters_v2,
-    cpu_sample,
+    Reading,
+    cpu_value,
     int_bytes,
-    observe,
+    rates,
+    values_v1,
+    values_v2,
+    working_set,
 )
 from agent.recommender.trace import Sample
 from cgroupfs.files import CgroupFiles
@@ -132,7 +133,7 @@ class _Track:
     plan: _Plan
     seen: int
     at: float = 0.0
-    counters: Counters | None = None
+    reading: Reading | None = None
 
 
 @dataclass(slots=True)
@@ -169,14 +170,15 @@ class Sampler:
             data = read(plan.each_tick)
             if plan.slots is not None:
                 data = [None if i is None else data[i] for i in plan.slots]
-            current = counters_v2(data) if t.v2 else counters_v1(data)
-            obs = observe(track.counters, current, now - track.at)
-            track.seen, track.at, track.counters = tick, now, current
-            cpu = cpu_sample(obs, t.cpu_limit_cores, starvation, threshold)
-            if cpu is not None or obs.working_set is not None:
-                samples.append(Sample(now, t.pod, t.container, cpu, obs.working_set))
-            if obs.new_oom_kills:
-                used = max(self._peak(plan) or 0, obs.working_set or 0)
+            current = values_v2(data) if t.v2 else values_v1(data)
+            cores, throttled, kills = rates(track.reading, current, now - track.at)
+            track.seen, track.at, track.reading = tick, now, current
+            ws = working_set(current)
+            cpu = cpu_value(cores, throttled, t.cpu_limit_cores, starvation, threshold)
+            if cpu is not None or ws is not None:
+                samples.append(Sample(now, t.pod, t.container, cpu, ws))
+            if kills:
+                used = max(self._peak(plan) or 0, ws or 0)
                 samples.append(Sample(now, t.pod, t.container, memory=float(used), oom=True))
                 oomed.append(t)
         if seen != len(tracks):
