@@ -59,6 +59,7 @@ def run(repeat: int) -> dict[str, Any]:
             cpu.append(time.process_time() - c0)
             wall.append(time.perf_counter() - w0)
             now += 1.0
+        sampler.close()
         size = save(root / "state.json", state)
     return {
         "containers": CONTAINERS,

@@ -1,6 +1,11 @@
 """The shell that reads the kernel: every tick, one read pass over the node's containers (their cpu,
 cpuacct and memory files, or the unified ones), turned into samples by `counters`. Read-only: the reader
-it builds is confined to the kubepods subtrees and the sampler never writes."""
+it builds is confined to the kubepods subtrees and the sampler never writes.
+
+Why the files stay open: a path read walks and re-checks every directory component, which at a thousand
+containers a second was most of the agent's sampling cost; each container's counter files are opened once
+through that same confinement (`cgroupfs.pinned`) and read with pread until the container goes. A tick
+reads only what its samples need, and keeps a plain tuple per container rather than objects."""
 
 from __future__ import annotations
 
