@@ -172,7 +172,11 @@ class DecayingHistogram:
         return float(math.exp2((t - ref) / self.half_life_s))
 
     def add(self, value: float, weight: float, t: float) -> None:
-        self.hist.add(value, weight * self._decay_factor(t))
+        ref = self.reference
+        if ref is None or t > ref + self.half_life_s * MAX_DECAY_EXPONENT:  # else _decay_factor's math, inline
+            self.hist.add(value, weight * self._decay_factor(t))
+            return
+        self.hist.add(value, weight * float(math.exp2((t - ref) / self.half_life_s)))
 
     def subtract(self, value: float, weight: float, t: float) -> None:
         self.hist.subtract(value, weight * self._decay_factor(t))
