@@ -129,8 +129,8 @@ class PinnedFiles:
             return self._read_paths(group)
         try:
             opened = self.files.open_files(group)
-        except CgroupNotFound:
-            return [None] * len(group)
+        except CgroupNotFound:  # not there (yet), or in only some hierarchies: read what there is
+            return self._read_paths(group)
         except CgroupError as err:
             if err.errno not in _EXHAUSTED:
                 raise
@@ -150,7 +150,7 @@ class PinnedFiles:
             for fd in fds:
                 os.close(fd)
             if err.errno in _STALE:  # gone again between the open and the read
-                return [None] * len(group)
+                return self._read_paths(group)
             raise _read_error(group, err) from err
         self._groups[group] = fds
         self.open_count += len(fds)

@@ -85,6 +85,7 @@ def test_reads_are_the_path_reads_and_follow_each_write(node: Node) -> None:
         ("nothing", 1, "path"),
         ("missing-file", 0, "path"),  # a file the kernel does not offer: read by path, nothing kept
         ("missing-cgroup", 0, "none"),  # not there (yet): None, opened again next time
+        ("missing-in-one-hierarchy", 0, "path"),  # what is there is read, as by path
     ],
 )
 def test_what_is_kept(node: Node, change: str, kept: int, expected: str) -> None:
@@ -94,6 +95,8 @@ def test_what_is_kept(node: Node, change: str, kept: int, expected: str) -> None
     elif change == "missing-cgroup":
         for d in {p.rsplit("/", 1)[0] for p in node.group}:
             node.tree.remove(d)
+    elif change == "missing-in-one-hierarchy":
+        node.tree.remove(node.group[0].rsplit("/", 1)[0])
     pinned = PinnedFiles(node.files, budget=1000)
     got = pinned.read(node.group)
     assert got == (node.by_path() if expected == "path" else [None] * len(node.group))
