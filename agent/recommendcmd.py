@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -67,7 +68,7 @@ def record(settings: Settings, out: Path, duration_s: float) -> int:
     interval = settings.recommender.sample_interval_s
     end = time.monotonic() + duration_s
     lines = 0
-    with out.open("w", encoding="utf-8") as f:
+    with out.open("w", encoding="utf-8") as f, contextlib.closing(sampler):
         now = time.time()
         for t in wanted:
             req = Sample(now, t.pod, t.container, request_memory=t.memory_request) if t.memory_request else None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -371,6 +371,35 @@ class CgroupFiles(_Walker):
     def read_many(self, relpaths: Iterable[str]) -> tuple[dict[str, str | None], dict[str, bool]]:
         """Read many files at once: their texts (None when absent) and whether each directory exists."""
         return self._read_grouped((r, self._confine("read", r, is_file=True)) for r in relpaths)
+
+    def open_files(self, relpaths: Sequence[str]) -> list[int | None]:
+        """Read-only descriptors of files, in order (None for a file the kernel does not offer), for a
+        caller that reads the same counters every second and keeps them open to pread them; the caller
+        closes them. Each path is confined as for `read` and its directory walked once, one component at
+        a time with O_NOFOLLOW. A missing cgroup raises CgroupNotFound; on any error nothing stays open."""
+        confined = [(r, self._confine("read", r, is_file=True)) for r in relpaths]
+        fds: list[int | None] = []
+        dirs: dict[tuple[str, ...], int] = {}
+        try:
+            for rel, parts in confined:
+                dfd = dirs.get(parts[:-1])
+                if dfd is None:
+                    dfd = dirs[parts[:-1]] = self._open_dir("read", rel, parts[:-1])
+                try:
+                    fds.append(os.open(parts[-1], _READ_FLAGS, dir_fd=dfd))
+                except FileNotFoundError:
+                    fds.append(None)
+                except OSError as err:
+                    raise _oserror("read", rel, err) from err
+        except BaseException:
+            for fd in fds:
+                if fd is not None:
+                    os.close(fd)
+            raise
+        finally:
+            for dfd in dirs.values():
+                os.close(dfd)
+        return fds
 
     def exists(self, reldir: str) -> bool:
         return self._exists(reldir, self._confine("exists", reldir, is_file=False))

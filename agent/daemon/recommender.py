@@ -80,6 +80,7 @@ class RecommenderComponent:
                 self.persist()
                 last_save = time.monotonic()
         self.persist()
+        self.sampler.close()
 
     def persist(self) -> None:
         self.state.forget_older_than(self.clock())

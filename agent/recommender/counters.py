@@ -9,13 +9,15 @@ memory.peak, memory.events (oom_kill). Working set = usage − inactive file, as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Counters:
-    """One reading of a container's counters; None where the file was absent or unreadable."""
+class Counters(NamedTuple):
+    """One reading of a container's counters; None where the file was absent or unreadable.
+
+    A NamedTuple, as `Observation` and `trace.Sample` are: the sampler builds a few per container each
+    second, and a frozen dataclass costs a call per field (about 2 µs for seven) where a tuple does not."""
 
     cpu_usage_ns: int | None = None
     nr_periods: int | None = None
@@ -85,8 +87,84 @@ V1_FILES = {
 V2_FILES = ("cpu.stat", "memory.current", "memory.stat", "memory.peak", "memory.events")
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
+# What a tick reads, in this order (the sampler keeps these files open): the counters every sample needs.
+# cpu.stat on v1 only matters to a starvation-aware CPU sample; the peak only to an OOM sample, read then.
+V1_EACH_TICK = ("cpuacct.usage", "memory.usage_in_bytes", "memory.stat", "memory.oom_control")
+V1_THROTTLING = "cpu.stat"
+V1_PEAK = "memory.max_usage_in_bytes"
+V2_EACH_TICK = ("cpu.stat", "memory.current", "memory.stat", "memory.events")
+V2_PEAK = "memory.peak"
+
+
+def int_bytes(data: bytes | None) -> int | None:
+    """`_int` on the raw file: a bare decimal (bytes.isdigit is ASCII only, as `_digits` is)."""
+    if data is None:
+        return None
+    t = data.strip()
+    return int(t) if t.isdigit() else None
+
+
+def field_bytes(data: bytes | None, key: bytes) -> int | None:
+    """One "key value" line of a flat-keyed file, as `_kv` reads it, found without splitting the file:
+    `key` is b"\\n" + the name + b" " (as the kernel prints it); the line starts the file or follows a
+    newline, and holds one integer."""
+    if data is None:
+        return None
+    i = data.find(key)
+    if i >= 0:
+        start = i + len(key)
+    elif data.startswith(key[1:]):
+        start = len(key) - 1
+    else:
+        return None
+    end = data.find(b"\n", start)
+    t = (data[start:] if end < 0 else data[start:end]).strip()
+    if t.isdigit() or (t[:1] == b"-" and t[1:].isdigit()):
+        return int(t)
+    return None
+
+
+Reading = tuple[int | None, int | None, int | None, int | None, int | None, int | None, int | None]
+"""`Counters` as a plain tuple (same fields, same order): what the sampler keeps per container, built
+without a NamedTuple's Python-level __new__."""
+
+
+def values_v1(data: Sequence[bytes | None]) -> Reading:
+    """`data` holds V1_EACH_TICK's files, then cpu.stat when it was read."""
+    cpu_usage, usage, stat, oom = data[0], data[1], data[2], data[3]
+    periods = throttled = None
+    if len(data) > 4 and (cpu_stat := data[4]) is not None:
+        periods, throttled = field_bytes(cpu_stat, b"\nnr_periods "), field_bytes(cpu_stat, b"\nnr_throttled ")
+    inactive = field_bytes(stat, b"\ntotal_inactive_file ")
+    if inactive is None:
+        inactive = field_bytes(stat, b"\ninactive_file ")
+    return (int_bytes(cpu_usage), periods, throttled, int_bytes(usage), inactive, None, field_bytes(oom, b"\noom_kill "))
+
+
+def values_v2(data: Sequence[bytes | None]) -> Reading:
+    """`data` holds V2_EACH_TICK's files."""
+    cpu_stat = data[0]
+    usage_usec = field_bytes(cpu_stat, b"\nusage_usec ")
+    return (
+        usage_usec * 1000 if usage_usec is not None else None,
+        field_bytes(cpu_stat, b"\nnr_periods "),
+        field_bytes(cpu_stat, b"\nnr_throttled "),
+        int_bytes(data[1]),
+        field_bytes(data[2], b"\ninactive_file "),
+        None,
+        field_bytes(data[3], b"\noom_kill "),
+    )
+
+
+def counters_v1(data: Sequence[bytes | None]) -> Counters:
+    return Counters(*values_v1(data))
+
+
+def counters_v2(data: Sequence[bytes | None]) -> Counters:
+    return Counters(*values_v2(data))
+
+
+class Observation(NamedTuple):
     """What one tick saw of one container."""
 
     cpu_cores: float | None  # average over the interval since the previous reading
@@ -95,35 +173,47 @@ class Observation:
     new_oom_kills: int
 
 
-def working_set(c: Counters) -> int | None:
-    if c.memory_usage is None:
+def working_set(c: Reading) -> int | None:
+    usage = c[3]  # memory_usage, inactive_file: by index, so a plain Reading serves as well as Counters
+    if usage is None:
         return None
-    return max(c.memory_usage - (c.inactive_file or 0), 0)
+    return max(usage - (c[4] or 0), 0)
 
 
-def observe(previous: Counters | None, current: Counters, elapsed_s: float) -> Observation:
-    """A CPU rate needs two readings; a counter that went backwards (a restarted container) gives none."""
+def rates(previous: Reading | None, current: Reading, elapsed_s: float) -> tuple[float | None, float | None, int]:
+    """(CPU cores, throttled fraction of the periods, new OOM kills) between two readings. A CPU rate
+    needs two readings; a counter that went backwards (a restarted container) gives none."""
     cores = throttled = None
     kills = 0
     if previous is not None and elapsed_s > 0:
-        if previous.cpu_usage_ns is not None and current.cpu_usage_ns is not None and current.cpu_usage_ns >= previous.cpu_usage_ns:
-            cores = (current.cpu_usage_ns - previous.cpu_usage_ns) / 1e9 / elapsed_s
-        if None not in (previous.nr_periods, current.nr_periods, previous.nr_throttled, current.nr_throttled):
-            assert previous.nr_periods is not None and current.nr_periods is not None
-            assert previous.nr_throttled is not None and current.nr_throttled is not None
-            periods = current.nr_periods - previous.nr_periods
+        p_cpu, p_periods, p_throttled, _, _, _, p_kills = previous
+        c_cpu, c_periods, c_throttled, _, _, _, c_kills = current
+        if p_cpu is not None and c_cpu is not None and c_cpu >= p_cpu:
+            cores = (c_cpu - p_cpu) / 1e9 / elapsed_s
+        if p_periods is not None and c_periods is not None and p_throttled is not None and c_throttled is not None:
+            periods = c_periods - p_periods
             if periods > 0:
-                throttled = max(current.nr_throttled - previous.nr_throttled, 0) / periods
-        if previous.oom_kills is not None and current.oom_kills is not None:
-            kills = max(current.oom_kills - previous.oom_kills, 0)
+                throttled = max(c_throttled - p_throttled, 0) / periods
+        if p_kills is not None and c_kills is not None:
+            kills = max(c_kills - p_kills, 0)
+    return cores, throttled, kills
+
+
+def observe(previous: Counters | None, current: Counters, elapsed_s: float) -> Observation:
+    cores, throttled, kills = rates(previous, current, elapsed_s)
     return Observation(cores, working_set(current), throttled, kills)
 
 
-def cpu_sample(obs: Observation, cpu_limit_cores: float | None, starvation: bool, threshold: float) -> float | None:
+def cpu_value(cores: float | None, throttled: float | None, cpu_limit_cores: float | None, starvation: bool,
+              threshold: float) -> float | None:
     """The CPU sample: usage, or — with starvation on and the container throttled in more than `threshold` of
     its periods — its limit, since throttling hides its real demand."""
-    if obs.cpu_cores is None:
+    if cores is None:
         return None
-    if starvation and cpu_limit_cores and obs.throttled_fraction is not None and obs.throttled_fraction > threshold:
-        return max(obs.cpu_cores, cpu_limit_cores)
-    return obs.cpu_cores
+    if starvation and cpu_limit_cores and throttled is not None and throttled > threshold:
+        return max(cores, cpu_limit_cores)
+    return cores
+
+
+def cpu_sample(obs: Observation, cpu_limit_cores: float | None, starvation: bool, threshold: float) -> float | None:
+    return cpu_value(obs.cpu_cores, obs.throttled_fraction, cpu_limit_cores, starvation, threshold)

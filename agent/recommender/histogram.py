@@ -27,17 +27,20 @@ class ExponentialOptions:
     ratio: float
     epsilon: float
     num_buckets: int = field(init=False)
+    # math.log(x, ratio) is log(x) / log(ratio); the divisor, computed once, gives the same bucket
+    log_ratio: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_value <= 0 or self.first_bucket_size <= 0 or self.ratio <= 1 or self.epsilon <= 0:
             raise ValueError("maxValue, firstBucketSize and epsilon must be > 0, ratio must be > 1")
         n = math.ceil(math.log(self.max_value * (self.ratio - 1) / self.first_bucket_size + 1, self.ratio)) + 1
         object.__setattr__(self, "num_buckets", n)
+        object.__setattr__(self, "log_ratio", math.log(self.ratio))
 
     def find_bucket(self, value: float) -> int:
         if value < self.first_bucket_size:
             return 0
-        bucket = int(math.log(value * (self.ratio - 1) / self.first_bucket_size + 1, self.ratio))
+        bucket = int(math.log(value * (self.ratio - 1) / self.first_bucket_size + 1) / self.log_ratio)
         return min(bucket, self.num_buckets - 1)
 
     def bucket_start(self, bucket: int) -> float:
@@ -67,13 +70,15 @@ class Histogram:
     def add(self, value: float, weight: float) -> None:
         if weight < 0:
             raise ValueError("sample weight must be non-negative")
-        b = self.options.find_bucket(value)
-        self.weights[b] = self.weights.get(b, 0.0) + weight
+        options = self.options
+        b = options.find_bucket(value)
+        w = self.weights[b] = self.weights.get(b, 0.0) + weight
         self.total += weight
-        lo, hi = self._lo(), self._hi()
-        if b < lo and self.weights[b] >= self.options.epsilon:
+        lo = options.num_buckets - 1 if self.min_bucket < 0 else self.min_bucket  # _lo(), _hi() inline:
+        hi = 0 if self.max_bucket < 0 else self.max_bucket  # this runs for every sample
+        if b < lo and w >= options.epsilon:
             lo = b
-        if b > hi and self.weights[b] >= self.options.epsilon:
+        if b > hi and w >= options.epsilon:
             hi = b
         self.min_bucket, self.max_bucket = lo, hi
 
@@ -167,7 +172,11 @@ class DecayingHistogram:
         return float(math.exp2((t - ref) / self.half_life_s))
 
     def add(self, value: float, weight: float, t: float) -> None:
-        self.hist.add(value, weight * self._decay_factor(t))
+        ref = self.reference
+        if ref is None or t > ref + self.half_life_s * MAX_DECAY_EXPONENT:  # else _decay_factor's math, inline
+            self.hist.add(value, weight * self._decay_factor(t))
+            return
+        self.hist.add(value, weight * float(math.exp2((t - ref) / self.half_life_s)))
 
     def subtract(self, value: float, weight: float, t: float) -> None:
         self.hist.subtract(value, weight * self._decay_factor(t))

@@ -42,10 +42,14 @@ class ContainerHistory:
             return False
         self.cpu.add(cores, MIN_SAMPLE_WEIGHT, t)  # constant weight since VPA 1.4.0
         self.last_cpu_start = t
-        self.last_sample = t if self.last_sample is None else max(self.last_sample, t)
-        self.first_sample = t if self.first_sample is None else min(self.first_sample, t)
+        # max() and min() and _seen() spelled out: this runs for every container every second
+        if self.last_sample is None or t > self.last_sample:
+            self.last_sample = t
+        if self.first_sample is None or t < self.first_sample:
+            self.first_sample = t
         self.samples += 1
-        self._seen(t)
+        if self.last_seen is None or t > self.last_seen:
+            self.last_seen = t
         return True
 
     def add_memory(self, t: float, used: float, oom: bool = False) -> bool:
@@ -55,14 +59,14 @@ class ContainerHistory:
         self.last_memory_start = t
         if self.window_end is None:
             self.window_end = t
-        interval = self.settings.memory_aggregation_interval_s
         add_new_peak = False
         if t < self.window_end:
-            old_max = max(self.memory_peak, self.oom_peak)
+            old_max = self.oom_peak if self.oom_peak > self.memory_peak else self.memory_peak  # max()
             if old_max != 0 and used > old_max:
                 self.memory.subtract(old_max, 1.0, self.window_end)
                 add_new_peak = True
         else:
+            interval = self.settings.memory_aggregation_interval_s
             shift = math.floor((t - self.window_end) / interval) * interval + interval
             self.window_end += shift
             self.memory_peak = 0.0
@@ -74,7 +78,8 @@ class ContainerHistory:
                 self.oom_peak = used
             else:
                 self.memory_peak = used
-        self._seen(t)
+        if self.last_seen is None or t > self.last_seen:
+            self.last_seen = t
         return True
 
     def record_oom(self, t: float, requested_memory: float) -> bool:

@@ -1,6 +1,11 @@
 """The shell that reads the kernel: every tick, one read pass over the node's containers (their cpu,
 cpuacct and memory files, or the unified ones), turned into samples by `counters`. Read-only: the reader
-it builds is confined to the kubepods subtrees and the sampler never writes."""
+it builds is confined to the kubepods subtrees and the sampler never writes.
+
+Why the files stay open: a path read walks and re-checks every directory component, which at a thousand
+containers a second was most of the agent's sampling cost; each container's counter files are opened once
+through that same confinement (`cgroupfs.pinned`) and read with pread until the container goes. A tick
+reads only what its samples need, and keeps a plain tuple per container rather than objects."""
 
 from __future__ import annotations
 
@@ -11,11 +16,27 @@ from pathlib import Path
 from agent.compute.pod import pod_cgroup_name
 from agent.compute.qos import compute_qos
 from agent.model import PodView
-from agent.recommender.counters import V1_FILES, V2_FILES, Counters, cpu_sample, observe, parse_v1, parse_v2
+from agent.recommender.counters import (
+    V1_EACH_TICK,
+    V1_FILES,
+    V1_PEAK,
+    V1_THROTTLING,
+    V2_EACH_TICK,
+    V2_FILES,
+    V2_PEAK,
+    Reading,
+    cpu_value,
+    int_bytes,
+    rates,
+    values_v1,
+    values_v2,
+    working_set,
+)
 from agent.recommender.trace import Sample
 from cgroupfs.files import CgroupFiles
 from cgroupfs.layout import Hierarchy
 from cgroupfs.naming import cgroup_dir, container_dir
+from cgroupfs.pinned import Group, PinnedFiles, pinned_reader
 from cgroupfs.types import CgroupName, DriverKind
 
 
@@ -77,34 +98,105 @@ def reader_for(cgroupfs: Path, cgroup_root: CgroupName, driver: DriverKind, hier
     return CgroupFiles(cgroupfs, roots)
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What one target's tick reads: the files kept open, where each counter file sits among them (None
+    when all are there, in order), and the peak file, read by path only on an OOM."""
+
+    each_tick: Group
+    slots: tuple[int | None, ...] | None
+    peak: str | None
+
+
+def _plan(t: Target, starvation: bool) -> _Plan:
+    paths = dict(t.files)
+    if t.v2:
+        names: tuple[str, ...] = V2_EACH_TICK
+        peak = V2_PEAK
+    else:
+        names = (*V1_EACH_TICK, V1_THROTTLING) if starvation else V1_EACH_TICK
+        peak = V1_PEAK
+    present = tuple(paths[n] for n in names if n in paths)
+    slots = None
+    if len(present) < len(names):  # a hierarchy without the controller: those counters are None
+        index = {p: i for i, p in enumerate(present)}
+        slots = tuple(index[paths[n]] if n in paths else None for n in names)
+    return _Plan(present, slots, paths.get(peak))
+
+
+def _warn(message: str) -> None:
+    from agent.logging import get_logger  # here: the CLI imports this module and must not load structlog
+
+    get_logger("agent.recommender").warning("recommender.descriptors", message=message)
+
+
+@dataclass(slots=True)
+class _Track:
+    """One container between ticks: what it reads, its last reading, the tick that last saw it. Kept by
+    the container's files (their paths hold the pod UID and the container ID) and updated in place."""
+
+    plan: _Plan
+    seen: int
+    at: float = 0.0
+    reading: Reading | None = None
+
+
 @dataclass(slots=True)
 class Sampler:
+    """Reads each target's counters through descriptors kept open between ticks (`PinnedFiles`, closed
+    as soon as the target is gone); `close` releases them all."""
+
     reader: CgroupFiles
     starvation: bool = False
     throttle_threshold: float = 0.2
-    _previous: dict[tuple[str, str, str], tuple[float, Counters]] = field(default_factory=dict)
+    _tracks: dict[tuple[tuple[str, str], ...], _Track] = field(default_factory=dict)
+    _ticks: int = 0
+    _pinned: PinnedFiles | None = None
 
     def tick(self, now: float, wanted: Sequence[Target]) -> tuple[list[Sample], list[Target]]:
         """One read pass; returns the samples and the targets whose OOM-kill counter moved."""
-        texts, _ = self.reader.read_many([p for t in wanted for _, p in t.files])
+        pinned = self._pinned
+        if pinned is None:
+            pinned = self._pinned = pinned_reader(self.reader, _warn)
+        self._ticks += 1
+        tick, tracks = self._ticks, self._tracks
+        starvation, threshold = self.starvation, self.throttle_threshold
+        read = pinned.read
         samples: list[Sample] = []
         oomed: list[Target] = []
-        seen: set[tuple[str, str, str]] = set()
+        seen = 0
         for t in wanted:
-            files = {n: texts.get(p) for n, p in t.files}
-            current = parse_v2(files) if t.v2 else parse_v1(files)
-            key = (t.pod, t.container, t.container_id)
-            seen.add(key)
-            prev = self._previous.get(key)
-            obs = observe(prev[1] if prev else None, current, now - prev[0] if prev else 0.0)
-            self._previous[key] = (now, current)
-            cpu = cpu_sample(obs, t.cpu_limit_cores, self.starvation, self.throttle_threshold)
-            if cpu is not None or obs.working_set is not None:
-                samples.append(Sample(now, t.pod, t.container, cpu=cpu, memory=obs.working_set))
-            if obs.new_oom_kills:
-                used = max(current.memory_peak or 0, obs.working_set or 0)
+            track = tracks.get(t.files)
+            if track is None:
+                track = tracks[t.files] = _Track(_plan(t, starvation), 0)
+            if track.seen != tick:
+                seen += 1
+            plan = track.plan
+            data = read(plan.each_tick)
+            if plan.slots is not None:
+                data = [None if i is None else data[i] for i in plan.slots]
+            current = values_v2(data) if t.v2 else values_v1(data)
+            cores, throttled, kills = rates(track.reading, current, now - track.at)
+            track.seen, track.at, track.reading = tick, now, current
+            ws = working_set(current)
+            cpu = cpu_value(cores, throttled, t.cpu_limit_cores, starvation, threshold)
+            if cpu is not None or ws is not None:
+                samples.append(Sample(now, t.pod, t.container, cpu, ws))
+            if kills:
+                used = max(self._peak(plan) or 0, ws or 0)
                 samples.append(Sample(now, t.pod, t.container, memory=float(used), oom=True))
                 oomed.append(t)
-        for gone in set(self._previous) - seen:
-            del self._previous[gone]
+        if seen != len(tracks):
+            for files in [f for f, tr in tracks.items() if tr.seen != tick]:  # gone: close its files now
+                pinned.forget(tracks.pop(files).plan.each_tick)
         return samples, oomed
+
+    def _peak(self, plan: _Plan) -> int | None:
+        """The peak memory at an OOM, read then by path (a file no other tick needs)."""
+        text = self.reader.read(plan.peak) if plan.peak is not None else None
+        return int_bytes(text.encode() if text is not None else None)
+
+    def close(self) -> None:
+        """Close the counter files kept open."""
+        if self._pinned is not None:
+            self._pinned.close()

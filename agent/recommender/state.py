@@ -44,7 +44,7 @@ class RecommenderState:
                 sample.request_memory if sample.request_memory is not None else mem,
             )
             self.history(key)._seen(sample.ts)
-        h = self.history(key)
+        h = self.histories.get(key) or self.history(key)
         if sample.cpu is not None:
             h.add_cpu(sample.ts, sample.cpu)
         if sample.memory is not None:

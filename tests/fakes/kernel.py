@@ -67,15 +67,17 @@ class KernelRoot:
     _made: list[str] = field(default_factory=list)
 
     @classmethod
-    def create(cls, cgroupfs: Path = CGROUPFS) -> KernelRoot:
+    def create(cls, cgroupfs: Path = CGROUPFS, controllers: tuple[str, ...] = ("cpu", "memory")) -> KernelRoot:
+        """`controllers`: the v1 hierarchies to make the root in (co-mounted ones share a directory)."""
         hierarchy = detect_hierarchy(cgroupfs)
         name = PREFIX + secrets.token_hex(4)
-        dirs = {c: f"{hierarchy.v1[c]}/{name}" for c in ("cpu", "memory")}
+        dirs = {c: f"{hierarchy.v1[c]}/{name}" for c in controllers}
         if hierarchy.unified:
             dirs["unified"] = f"{hierarchy.unified}/{name}"
-        root = cls(cgroupfs, hierarchy, name, dirs, CgroupFiles(cgroupfs, tuple(dirs.values())))
+        unique = tuple(dict.fromkeys(dirs.values()))
+        root = cls(cgroupfs, hierarchy, name, dirs, CgroupFiles(cgroupfs, unique))
         try:
-            for d in dirs.values():
+            for d in unique:
                 if not root.files.mkdir(d):
                     raise RuntimeError(f"{d} already exists: refusing to adopt a cgroup this run did not make")
                 root._made.append(d)
