@@ -65,24 +65,12 @@ def node_object() -> dict[str, Any]:
 
 
 def api_pod(node: ResizeNode, name: str) -> dict[str, Any]:
-    """The pod as the API server would return it: spec.nodeName set, status with the container IDs."""
-    info = node.pods[name]
-    raw = copy.deepcopy(info.raw)
+    """The pod as the API server would return it: the harness's view of it (status with the container IDs
+    and what a kubelet that resizes reports it admitted), plus spec.nodeName and restart counts."""
+    raw = copy.deepcopy(node.raw(name))
     raw["spec"]["nodeName"] = NODE
-    raw["status"] = {
-        "phase": "Running",
-        "containerStatuses": [
-            {
-                "name": n,
-                "containerID": f"containerd://{cid}",
-                "state": {"running": {}},
-                "restartCount": 0,
-                # what a kubelet that resizes reports it admitted
-                **({"allocatedResources": info.allocated[n]} if n in info.allocated else {}),
-            }
-            for n, cid in info.containers.items()
-        ],
-    }
+    for status in raw["status"]["containerStatuses"]:
+        status["restartCount"] = 0
     return raw
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +191,11 @@ class ResizeNode:
             if c["name"] in containers:
                 c["resources"] = {k: dict(v) for k, v in containers[c["name"]].items()}
         return self.view(pod)
+
+    def set_allocatable(self, text: str) -> None:
+        """The node's allocatable (`cpu=2,memory=2Gi`), in the settings and the environment built from them."""
+        self.settings = replace(self.settings, allocatable=parse_allocatable(text))
+        self.env = Environment(self.settings, self.env.hierarchy, (), self.files)
 
     def view(self, pod: str) -> PodView:
         return parse_pod(self.raw(pod))

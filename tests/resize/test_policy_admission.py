@@ -115,10 +115,7 @@ def test_restart_plan_shows_the_restart_step(node: ResizeNode) -> None:
 
 
 def test_deferred_until_another_pod_leaves(node: ResizeNode) -> None:
-    node.settings = node.settings.__class__(
-        **{**_fields(node.settings), "allocatable": _alloc("cpu=2,memory=2Gi")}
-    )
-    node.env = node.env.__class__(node.settings, node.env.hierarchy, (), node.files)
+    node.set_allocatable("cpu=2,memory=2Gi")
     node.add_pod(manifest("a", [ctr("app", lim={"cpu": "1", "memory": "512Mi"})]))
     node.add_pod(manifest("b", [ctr("app", lim={"cpu": "500m", "memory": "512Mi"})]))
     eng = node.engine()
@@ -138,10 +135,7 @@ def test_deferred_until_another_pod_leaves(node: ResizeNode) -> None:
 
 
 def test_deferred_accepted_when_another_resize_shrinks(node: ResizeNode) -> None:
-    node.settings = node.settings.__class__(
-        **{**_fields(node.settings), "allocatable": _alloc("cpu=2,memory=2Gi")}
-    )
-    node.env = node.env.__class__(node.settings, node.env.hierarchy, (), node.files)
+    node.set_allocatable("cpu=2,memory=2Gi")
     node.add_pod(manifest("a", [ctr("app", lim={"cpu": "1", "memory": "512Mi"})]))
     node.add_pod(manifest("b", [ctr("app", lim={"cpu": "1", "memory": "512Mi"})]))
     eng = node.engine()
@@ -332,18 +326,6 @@ def test_resize_annotation_is_the_desired_state(node: ResizeNode) -> None:
     }
     assert settle(node, eng, "p") is ResizeState.DONE
     assert node.read(node.container_path("p", "app", "cpu.cfs_quota_us")) == "100000"
-
-
-def _fields(s: Any) -> dict[str, Any]:
-    from dataclasses import fields
-
-    return {f.name: getattr(s, f.name) for f in fields(s)}
-
-
-def _alloc(text: str) -> Any:
-    from agent.settings import parse_allocatable
-
-    return parse_allocatable(text)
 
 
 def _unused(tree: FakeCgroupTree) -> None:

@@ -18,7 +18,6 @@ from agent.resize.allocation import allocation_of
 from agent.resize.engine import ResizeEngine
 from agent.resize.store import PodStore, completes, encode_record
 from agent.resize.types import ResizeState
-from agent.settings import parse_allocatable
 from tests.resize.harness import Event, ResizeNode, ctr, manifest
 from tests.resize.test_checkpoint import _record
 from tests.resize.test_matrix import assert_kubelet_values
@@ -136,8 +135,7 @@ def test_every_record_a_pod_event_changes_is_on_disk_after_its_pass(node: Resize
 def test_a_resize_admitted_by_another_pods_event_is_on_disk_before_its_first_write(node: ResizeNode) -> None:
     """Pod b's event shrinks b, which frees the capacity a's queued resize waited for: a is admitted in
     b's pass although its own pod did not change, and its record is durable before any write of a."""
-    node.settings = dataclasses.replace(node.settings, allocatable=parse_allocatable("cpu=2,memory=2Gi"))
-    node.env = node.env.__class__(node.settings, node.env.hierarchy, (), node.files)
+    node.set_allocatable("cpu=2,memory=2Gi")
     node.add_pod(manifest("a", [ctr("app", lim={"cpu": "1", "memory": "512Mi"})]))
     node.add_pod(manifest("b", [ctr("app", lim={"cpu": "1", "memory": "512Mi"})]))
     eng = node.engine()
