@@ -170,7 +170,7 @@ def admit_pending(
     allocations the caller must checkpoint before actuating anything). `used`: the summed allocated
     (CPU milli, memory) requests of every non-terminal pod with a record, when the caller keeps them as
     running totals; the other pods are then never walked (O(queue), not O(node)). `queued`: the pods
-that may be queued, when the caller keeps them (admission changes no other record)."""
+    that may be queued, when the caller keeps them (admission changes no other record)."""
     by_uid = pods if isinstance(pods, Mapping) else {p.uid: p for p in pods}
     accepted: list[PodUID] = []
     capacity_freed = state.capacity_freed

@@ -61,19 +61,20 @@ def _canonical(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
+def _beside_queue(r: PodRecord) -> tuple[object, ...]:
+    """What of a record reaches the disk, but its place in the queue."""
+    return (r.uid, r.pod, r.allocated, dict(r.restarted))
+
+
 def persisted(r: PodRecord) -> tuple[object, ...]:
     """What of a record reaches the disk: two records with equal `persisted` encode to the same bytes."""
-    return (r.uid, r.pod, r.allocated, dict(r.restarted), r.arrival)
+    return (*_beside_queue(r), r.arrival)
 
 
 def completes(old: PodRecord, new: PodRecord) -> bool:
     """`new` only takes a durable `old` out of the queue: the same pod, allocation and restarts. Losing
     `new` in a crash restores `old`, i.e. the same allocation InProgress, driven again (idempotent)."""
-    return (
-        old.arrival is not None
-        and new.arrival is None
-        and (old.uid, old.pod, old.allocated, dict(old.restarted)) == (new.uid, new.pod, new.allocated, dict(new.restarted))
-    )
+    return old.arrival is not None and new.arrival is None and _beside_queue(old) == _beside_queue(new)
 
 
 def encode_record(r: PodRecord) -> bytes:
