@@ -34,6 +34,7 @@ from agent.metrics import Metrics
 from agent.model import PodUID, PodView
 from agent.pods.parse import PodParseError, parse_pod
 from agent.queue import TIERS, ShutDown, WorkQueue
+from agent.resize.checkpoint import CheckpointError
 from agent.resize.types import ResizeStatus
 from agent.sources import DEFAULT_SOURCES, Source
 
@@ -393,7 +394,10 @@ class Daemon:
         deadline = self.clock() + timeout_s
         for t in self._threads:
             t.join(max(0.0, deadline - self.clock()))
-        self.reconciler.flush()
+        try:
+            self.reconciler.flush()
+        except CheckpointError as err:  # what was held back is redone from the durable records at start
+            log.warning("state not flushed at shutdown", error=err.user_message())
         self.reporter.close(timeout=5.0)
         if self._source_thread is not None:
             self._source_thread.join(timeout=2.0)

@@ -135,8 +135,15 @@ class EngineReconciler:
         return counts
 
     def flush(self) -> None:
-        """The engine writes its records before actuating and after every pass; the contested drift
-        records (few) are written here, after each pass and at shutdown, when they changed."""
+        """At shutdown: the records the engine holds back (completed resizes, written by its node-wide
+        pass otherwise) and the contested drift records."""
+        with self._lock:
+            if not self.observe_only:
+                self.engine.flush()
+        self._flush_drift()
+
+    def _flush_drift(self) -> None:
+        """The contested drift records (few), after each pass and at shutdown, when they changed."""
         if self.gate is not None and self._drift_store is not None and not self.observe_only:
             with self.gate.lock:
                 contested = self.gate.drift.contested()
@@ -166,7 +173,7 @@ class EngineReconciler:
                 pairs = [(p, clamped.get(p, v)) for o in result.steps if o.ok for p, v in written(o.step)]
                 self.gate.wrote(pairs, self.clock())
         report = self._report(scope, result)
-        self.flush()
+        self._flush_drift()
         if self._gated:  # a held value is looked at again in the next node-wide pass (each resync)
             report = replace(
                 report,

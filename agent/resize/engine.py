@@ -59,6 +59,7 @@ from agent.plan import (
 from agent.resize import state as sm
 from agent.resize.admission import Admit, NodeCapacity, admit, admit_after_kubelet
 from agent.resize.allocation import with_allocation
+from agent.resize.checkpoint import CheckpointError
 from agent.resize.outcome import read_back_outcome, waiting_outcome
 from agent.resize.readback import rebuild_records
 from agent.resize.report import PassReport, PodPass
@@ -354,6 +355,8 @@ class ResizeEngine:
                 )
         if save:
             self._save_or_report(report, full=full)
+            if full:
+                self._flush_or_report(report)
         # what the next event's pass must look at again: pods still waiting for their cgroup, or all
         # of this pass's pods when a step failed (the rest of the queue is in every pass anyway)
         failed_any = any(not o.ok for p in report.passes for o in p.execution.outcomes)
@@ -524,6 +527,17 @@ class ResizeEngine:
             report.errors.append(Problem(None, err.user_message()))
             return err.uids
         return frozenset()
+
+    def flush(self) -> None:
+        """Write the completed resizes' records the store holds back (see `agent.resize.store`): the
+        node-wide pass does, and the daemon at shutdown."""
+        self.store.flush()
+
+    def _flush_or_report(self, report: PassReport) -> None:
+        try:
+            self.flush()
+        except CheckpointError as err:  # the durable records still restart every pod correctly
+            report.warnings.append(Problem(None, err.user_message()))
 
     def _save(self, *, full: bool = False) -> None:
         """Write the records that changed (the state is immutable: an unchanged pass keeps the very

@@ -8,14 +8,14 @@ BENCHMARKS.md figure 2). A crash leaves each record either old or new; a record 
 (bad JSON, checksum, kind, version, shape, a file name that is not its UID) is moved aside as
 `<uid>.json.corrupt` and only that pod's allocation is rebuilt from the kernel, with a warning.
 
-Why a completed resize's record skips the directory fsync: a resize writes the pod's record twice,
-once when admitted (its new allocation, with its place in the queue: durable — file and directory
-fsynced — before the first cgroup write) and once when actuated (the same allocation, out of the
-queue). The second differs from the first only in that place (`completes`), so losing its rename in a
-crash shows the first, durable record: the pod restarts InProgress at the same allocation and is driven
-again, which reads the kernel back and finds it done (or writes what is missing). The second record's
-data is still fsynced before its rename, so the name never points at an empty file; the next batch's
-directory fsync (or the file system's own commit) makes the rename durable.
+Why a completed resize's record is written later: a resize writes the pod's record twice, once when
+admitted (its new allocation, with its place in the queue: durable — file and directory fsynced — before
+the first cgroup write) and once when actuated (the same allocation, out of the queue). The second
+differs from the first only in that place (`completes`), so losing it in a crash shows the first,
+durable record: the pod restarts InProgress at the same allocation and is driven again, which reads the
+kernel back and finds it done (or writes what is missing). So the second is held (`deferred`) and
+written by `flush` — the engine's node-wide pass and the daemon's shutdown — off the resize's path; a
+newer record of the pod replaces it, a pod gone drops it.
 
 The single-file checkpoint of earlier releases (`resize-checkpoint.json`) is migrated on first start:
 its records are written here, then the old file is renamed `.migrated` (kept for one release).
@@ -129,7 +129,8 @@ class PodStore:
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / DIR_NAME
         self.writes = 0  # records written (a figure for the benchmarks and tests)
-        self._saved: dict[PodUID, PodRecord] = {}  # uid -> the record object last written
+        self._saved: dict[PodUID, PodRecord] = {}  # uid -> the record object last written (or deferred)
+        self._deferred: dict[PodUID, PodRecord] = {}  # completing records not on disk yet (see the module doc)
 
     def exists(self) -> bool:
         return self.path.is_dir() or (self.state_dir / CHECKPOINT_NAME).exists()
@@ -221,16 +222,21 @@ class PodStore:
                 if old is not None and persisted(old) == persisted(r):
                     self._saved[r.uid] = r  # an equal record: nothing to write
                     continue
+                if old is not None and completes(old, r) and r.uid not in self._deferred:
+                    self._saved[r.uid] = self._deferred[r.uid] = r  # `old` is durable: written by `flush`
+                    continue
+                self._deferred.pop(r.uid, None)
                 try:
                     self._write(r)
                 except OSError as err:
                     failed[r.uid] = err.strerror or str(err)
                     continue
                 self._saved[r.uid] = r
-                sync_dir = sync_dir or old is None or not completes(old, r)
+                sync_dir = True
             for uid in gone:
                 (self.path / f"{uid}{SUFFIX}").unlink(missing_ok=True)
                 del self._saved[uid]
+                self._deferred.pop(uid, None)
             if sync_dir:
                 fsync_dir(self.path)
         except OSError as err:
@@ -238,6 +244,24 @@ class PodStore:
         if failed:
             reasons = "; ".join(f"{uid}: {why}" for uid, why in sorted(failed.items()))
             raise RecordsNotSaved(self.path, f"cannot write the records of {reasons}", frozenset(failed))
+
+    def flush(self) -> None:
+        """Write the deferred completing records (one directory fsync for them all). A record that
+        cannot be written stays deferred: its durable predecessor still restarts the pod correctly."""
+        if not self._deferred:
+            return
+        try:
+            for uid, r in list(self._deferred.items()):
+                self._write(r)
+                del self._deferred[uid]
+            fsync_dir(self.path)
+        except OSError as err:
+            raise CheckpointError(self.path, f"cannot write: {err.strerror or err}") from err
+
+    @property
+    def deferred(self) -> int:
+        """Completing records not on disk yet (a figure for the tests)."""
+        return len(self._deferred)
 
     def _write(self, r: PodRecord) -> None:
         validate_pod_uid(r.uid)  # a UID becomes a file name: never a path

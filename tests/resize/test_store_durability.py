@@ -1,10 +1,11 @@
 """What a pod event writes to the state store, and how durably.
 
 A resize's record is written twice: admitted (new allocation, in the queue), fsynced with its directory
-before the first cgroup write; then completed (same allocation, out of the queue), whose rename is left
-to the next directory fsync. Losing that rename in a crash leaves the admitted record, which restores the
-pod InProgress at the same allocation and is finished by the next run. A pod event hands the store only
-the pods it touched: every record it changed is on disk after its pass."""
+before the first cgroup write; then completed (same allocation, out of the queue), which the store holds
+back until the engine's node-wide pass or the daemon's shutdown flushes it. Losing it in a crash leaves
+the admitted record, which restores the pod InProgress at the same allocation and is finished by the
+next run. A pod event hands the store only the pods it touched: every allocation it changed is on disk
+after its pass."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.daemon.engine_reconciler import EngineReconciler
 from agent.resize import store as store_mod
 from agent.resize.allocation import allocation_of
 from agent.resize.engine import ResizeEngine
@@ -35,7 +37,9 @@ def _dir_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return calls
 
 
-def test_only_a_completion_skips_the_directory_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_completion_waits_for_the_flush_and_every_other_record_is_durable_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls = _dir_fsyncs(monkeypatch)
     store = PodStore(tmp_path / "state")
     admitted = _record("p", cpu="1", arrival=3)
@@ -45,18 +49,39 @@ def test_only_a_completion_skips_the_directory_fsync(tmp_path: Path, monkeypatch
     done = dataclasses.replace(admitted, arrival=None, state=ResizeState.DONE)
     assert completes(admitted, done)
     store.save([done])
-    assert (store.writes, len(calls)) == (2, 1)  # written (data fsynced), its rename not waited for
+    assert (store.writes, len(calls), store.deferred) == (1, 1, 1)  # held back: the admitted one is durable
+    [back] = PodStore(tmp_path / "state").load().records
+    assert back.arrival == 3  # a crash now restarts the pod InProgress at the same allocation
+    store.flush()
+    assert (store.writes, len(calls), store.deferred) == (2, 2, 0)
     [back] = PodStore(tmp_path / "state").load().records
     assert back.arrival is None
+    store.flush()
+    assert (store.writes, len(calls)) == (2, 2)  # nothing held: nothing written
 
     again = _record("p", cpu="2", arrival=4)  # the next resize: a new allocation
     store.save([again])
-    assert (store.writes, len(calls)) == (3, 2)
+    assert (store.writes, len(calls)) == (3, 3)
 
     moved = _record("p", cpu="3")  # out of the queue at another allocation: not a completion
     assert not completes(again, moved)
     store.save([moved])
-    assert (store.writes, len(calls)) == (4, 3)
+    assert (store.writes, len(calls), store.deferred) == (4, 4, 0)
+
+
+def test_a_held_completion_gives_way_to_a_newer_record_and_to_the_pods_departure(tmp_path: Path) -> None:
+    store = PodStore(tmp_path / "state")
+    p, q = _record("p", cpu="1", arrival=1), _record("q", cpu="1", arrival=2)
+    store.save([p, q])
+    p_done, q_done = (dataclasses.replace(r, arrival=None, state=ResizeState.DONE) for r in (p, q))
+    store.save([p_done, q_done])
+    assert store.deferred == 2
+    p_next = _record("p", cpu="2", arrival=3)  # p resized again before any flush
+    store.save([p_next])  # q gone
+    assert (store.deferred, store.writes) == (0, 3)
+    store.flush()
+    [back] = PodStore(tmp_path / "state").load().records
+    assert (back.uid, back.arrival, store.writes) == (p_next.uid, 3, 3)
 
 
 def test_a_lost_completion_restores_the_pod_in_progress_and_the_next_run_finishes_it(
@@ -163,3 +188,27 @@ def test_a_resize_admitted_by_another_pods_event_is_on_disk_before_its_first_wri
     assert status is not None and status.state is ResizeState.DONE
     assert seen == [allocation_of(a)]  # the new allocation was on disk at a's first write
     assert _on_disk(node) == _in_engine(eng)
+
+
+def _arrival_on_disk(node: ResizeNode, uid: str) -> int | None:
+    [rec] = [r for r in PodStore(node.settings.state_dir).load(persist=False).records if r.uid == uid]
+    return rec.arrival
+
+
+def test_a_pod_events_pass_holds_the_completion_the_node_wide_pass_and_shutdown_write_it(node: ResizeNode) -> None:
+    node.add_pod(manifest("p", [ctr("c", lim={"cpu": "300m", "memory": "128Mi"})]))
+    eng = node.engine()
+    eng.start(node.views())
+    eng.reconcile()
+    uid = node.view("p").uid
+    for cpu, finish in (("500m", eng.reconcile), ("400m", EngineReconciler(eng).flush)):
+        node.resize("p", {"c": {"limits": {"cpu": cpu, "memory": "192Mi"}}})
+        eng.update(node.view("p"))
+        eng.reconcile(full=False)
+        status = eng.status(uid)
+        assert status is not None and status.state is ResizeState.DONE
+        assert _arrival_on_disk(node, uid) is not None  # the admitted record: durable, in the queue
+        assert _on_disk(node) == _in_engine(eng)  # the allocation on disk is the one applied
+        finish()
+        assert _arrival_on_disk(node, uid) is None
+        assert_kubelet_values(node, "p")
