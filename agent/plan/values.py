@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 from agent.plan.types import INF
 from cgroupfs import layout
 from cgroupfs.convert import parse_cpu_max
 
 
+@lru_cache(maxsize=8192)  # a plan's replay reads the same few texts hundreds of times (pure: name + text)
 def _int(filename: str, text: str | None) -> float | None:
     if text is None:
         return None

@@ -19,6 +19,8 @@ from agent.plan import resource_of
 def _frozen(f: FileDiff) -> FileDiff | None:
     if f.current is None:
         return None
+    if not f.differs:  # already at its value: frozen as it is
+        return f
     setting = replace(f.setting, value=f.current)
     return FileDiff(replace(f.desired, setting=setting), f.current, False, f.dir_exists)
 
