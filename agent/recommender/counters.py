@@ -88,11 +88,15 @@ V2_FILES = ("cpu.stat", "memory.current", "memory.stat", "memory.peak", "memory.
 
 
 # What a tick reads, in this order (the sampler keeps these files open): the counters every sample needs.
-# cpu.stat on v1 only matters to a starvation-aware CPU sample; the peak only to an OOM sample, read then.
-V1_EACH_TICK = ("cpuacct.usage", "memory.usage_in_bytes", "memory.stat", "memory.oom_control")
+# cpu.stat on v1 only matters to a starvation-aware CPU sample; the OOM-kill counter is read every few
+# ticks (it only counts up, so no kill is missed, and the OOM sample's memory is the peak, which the
+# kernel keeps); the peak only to an OOM sample, read then.
+V1_EACH_TICK = ("cpuacct.usage", "memory.usage_in_bytes", "memory.stat")
 V1_THROTTLING = "cpu.stat"
+V1_OOM = "memory.oom_control"
 V1_PEAK = "memory.max_usage_in_bytes"
-V2_EACH_TICK = ("cpu.stat", "memory.current", "memory.stat", "memory.events")
+V2_EACH_TICK = ("cpu.stat", "memory.current", "memory.stat")
+V2_OOM = "memory.events"
 V2_PEAK = "memory.peak"
 
 
@@ -129,20 +133,25 @@ Reading = tuple[int | None, int | None, int | None, int | None, int | None, int 
 without a NamedTuple's Python-level __new__."""
 
 
-def values_v1(data: Sequence[bytes | None]) -> Reading:
-    """`data` holds V1_EACH_TICK's files, then cpu.stat when it was read."""
-    cpu_usage, usage, stat, oom = data[0], data[1], data[2], data[3]
+def oom_kills(data: bytes | None) -> int | None:
+    """The OOM-kill counter of v1's memory.oom_control or v2's memory.events."""
+    return field_bytes(data, b"\noom_kill ")
+
+
+def values_v1(data: Sequence[bytes | None], kills: int | None) -> Reading:
+    """`data` holds V1_EACH_TICK's files, then cpu.stat when it was read; `kills` the OOM-kill counter."""
+    cpu_usage, usage, stat = data[0], data[1], data[2]
     periods = throttled = None
-    if len(data) > 4 and (cpu_stat := data[4]) is not None:
+    if len(data) > 3 and (cpu_stat := data[3]) is not None:
         periods, throttled = field_bytes(cpu_stat, b"\nnr_periods "), field_bytes(cpu_stat, b"\nnr_throttled ")
     inactive = field_bytes(stat, b"\ntotal_inactive_file ")
     if inactive is None:
         inactive = field_bytes(stat, b"\ninactive_file ")
-    return (int_bytes(cpu_usage), periods, throttled, int_bytes(usage), inactive, None, field_bytes(oom, b"\noom_kill "))
+    return (int_bytes(cpu_usage), periods, throttled, int_bytes(usage), inactive, None, kills)
 
 
-def values_v2(data: Sequence[bytes | None]) -> Reading:
-    """`data` holds V2_EACH_TICK's files."""
+def values_v2(data: Sequence[bytes | None], kills: int | None) -> Reading:
+    """`data` holds V2_EACH_TICK's files; `kills` the OOM-kill counter."""
     cpu_stat = data[0]
     usage_usec = field_bytes(cpu_stat, b"\nusage_usec ")
     return (
@@ -152,16 +161,16 @@ def values_v2(data: Sequence[bytes | None]) -> Reading:
         int_bytes(data[1]),
         field_bytes(data[2], b"\ninactive_file "),
         None,
-        field_bytes(data[3], b"\noom_kill "),
+        kills,
     )
 
 
-def counters_v1(data: Sequence[bytes | None]) -> Counters:
-    return Counters(*values_v1(data))
+def counters_v1(data: Sequence[bytes | None], oom: bytes | None) -> Counters:
+    return Counters(*values_v1(data, oom_kills(oom)))
 
 
-def counters_v2(data: Sequence[bytes | None]) -> Counters:
-    return Counters(*values_v2(data))
+def counters_v2(data: Sequence[bytes | None], oom: bytes | None) -> Counters:
+    return Counters(*values_v2(data, oom_kills(oom)))
 
 
 class Observation(NamedTuple):

@@ -5,7 +5,9 @@ it builds is confined to the kubepods subtrees and the sampler never writes.
 Why the files stay open: a path read walks and re-checks every directory component, which at a thousand
 containers a second was most of the agent's sampling cost; each container's counter files are opened once
 through that same confinement (`cgroupfs.pinned`) and read with pread until the container goes. A tick
-reads only what its samples need, and keeps a plain tuple per container rather than objects."""
+reads only what its samples need, and keeps a plain tuple per container rather than objects; the OOM-kill
+counter, which only counts up, every `oom_every` ticks per container (spread over the ticks): a kill is
+seen a few seconds later, never missed, and its sample's memory is the peak the kernel kept."""
 
 from __future__ import annotations
 
@@ -19,14 +21,17 @@ from agent.model import PodView
 from agent.recommender.counters import (
     V1_EACH_TICK,
     V1_FILES,
+    V1_OOM,
     V1_PEAK,
     V1_THROTTLING,
     V2_EACH_TICK,
     V2_FILES,
+    V2_OOM,
     V2_PEAK,
     Reading,
     cpu_value,
     int_bytes,
+    oom_kills,
     rates,
     values_v1,
     values_v2,
@@ -38,6 +43,8 @@ from cgroupfs.layout import Hierarchy
 from cgroupfs.naming import cgroup_dir, container_dir
 from cgroupfs.pinned import Group, PinnedFiles, pinned_reader
 from cgroupfs.types import CgroupName, DriverKind
+
+OOM_EVERY = 10  # ticks between reads of a container's OOM-kill counter
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +108,12 @@ def reader_for(cgroupfs: Path, cgroup_root: CgroupName, driver: DriverKind, hier
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """What one target's tick reads: the files kept open, where each counter file sits among them (None
-    when all are there, in order), and the peak file, read by path only on an OOM."""
+    when all are there, in order), the OOM-kill counter's file (kept open, read every few ticks) and the
+    peak file, read by path only on an OOM."""
 
     each_tick: Group
     slots: tuple[int | None, ...] | None
+    oom: Group | None
     peak: str | None
 
 
@@ -112,16 +121,16 @@ def _plan(t: Target, starvation: bool) -> _Plan:
     paths = dict(t.files)
     if t.v2:
         names: tuple[str, ...] = V2_EACH_TICK
-        peak = V2_PEAK
+        oom, peak = V2_OOM, V2_PEAK
     else:
         names = (*V1_EACH_TICK, V1_THROTTLING) if starvation else V1_EACH_TICK
-        peak = V1_PEAK
+        oom, peak = V1_OOM, V1_PEAK
     present = tuple(paths[n] for n in names if n in paths)
     slots = None
     if len(present) < len(names):  # a hierarchy without the controller: those counters are None
         index = {p: i for i, p in enumerate(present)}
         slots = tuple(index[paths[n]] if n in paths else None for n in names)
-    return _Plan(present, slots, paths.get(peak))
+    return _Plan(present, slots, (paths[oom],) if oom in paths else None, paths.get(peak))
 
 
 def _warn(message: str) -> None:
@@ -137,6 +146,7 @@ class _Track:
 
     plan: _Plan
     seen: int
+    oom_due: int  # the tick that reads the OOM-kill counter next
     at: float = 0.0
     reading: Reading | None = None
 
@@ -149,6 +159,7 @@ class Sampler:
     reader: CgroupFiles
     starvation: bool = False
     throttle_threshold: float = 0.2
+    oom_every: int = OOM_EVERY
     _tracks: dict[tuple[tuple[str, str], ...], _Track] = field(default_factory=dict)
     _ticks: int = 0
     _pinned: PinnedFiles | None = None
@@ -160,23 +171,29 @@ class Sampler:
             pinned = self._pinned = pinned_reader(self.reader, _warn)
         self._ticks += 1
         tick, tracks = self._ticks, self._tracks
-        starvation, threshold = self.starvation, self.throttle_threshold
+        starvation, threshold, every = self.starvation, self.throttle_threshold, self.oom_every
         read = pinned.read
         samples: list[Sample] = []
         oomed: list[Target] = []
         seen = 0
         for t in wanted:
             track = tracks.get(t.files)
-            if track is None:
-                track = tracks[t.files] = _Track(_plan(t, starvation), 0)
+            if track is None:  # its counter read now, then at a place of its own among the ticks
+                track = tracks[t.files] = _Track(_plan(t, starvation), 0, tick)
             if track.seen != tick:
                 seen += 1
             plan = track.plan
             data = read(plan.each_tick)
             if plan.slots is not None:
                 data = [None if i is None else data[i] for i in plan.slots]
-            current = values_v2(data) if t.v2 else values_v1(data)
-            cores, throttled, kills = rates(track.reading, current, now - track.at)
+            previous = track.reading
+            if tick >= track.oom_due:
+                track.oom_due = tick + (every if previous is not None else 1 + len(tracks) % every)
+                total = oom_kills(read(plan.oom)[0]) if plan.oom is not None else None
+            else:
+                total = previous[6] if previous is not None else None
+            current = values_v2(data, total) if t.v2 else values_v1(data, total)
+            cores, throttled, kills = rates(previous, current, now - track.at)
             track.seen, track.at, track.reading = tick, now, current
             ws = working_set(current)
             cpu = cpu_value(cores, throttled, t.cpu_limit_cores, starvation, threshold)
@@ -188,7 +205,10 @@ class Sampler:
                 oomed.append(t)
         if seen != len(tracks):
             for files in [f for f, tr in tracks.items() if tr.seen != tick]:  # gone: close its files now
-                pinned.forget(tracks.pop(files).plan.each_tick)
+                plan = tracks.pop(files).plan
+                pinned.forget(plan.each_tick)
+                if plan.oom is not None:
+                    pinned.forget(plan.oom)
         return samples, oomed
 
     def _peak(self, plan: _Plan) -> int | None:

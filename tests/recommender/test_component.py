@@ -73,6 +73,7 @@ def test_two_ticks_give_rate_working_set_and_an_oom(
     comp.clock = lambda: now[0]  # type: ignore[attr-defined]
     oomed: list[Target] = []
     comp.on_oom.append(oomed.append)  # type: ignore[attr-defined]
+    comp.sampler.oom_every = 1  # type: ignore[attr-defined]  # the kill seen at the next tick (the cadence: test_sampler_reads)
     told: list[tuple[str, str, int | None]] = []  # what the VPA actuator hears (agent.daemon.vpa)
     ctx.on_oom.append(lambda pod, container, memory: told.append((pod, container, memory)))
 

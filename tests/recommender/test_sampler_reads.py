@@ -1,6 +1,7 @@
 """The sampler with its counter files kept open gives, tick by tick, the samples the path-reading sampler
-gave (the reference below is that sampler's tick, kept verbatim), and holds no descriptor for a container
-that is gone."""
+gave (the reference below is that sampler's tick, kept verbatim) — with the OOM-kill counter read every
+tick; read every few ticks, the same samples with each OOM seen within that many ticks — and holds no
+descriptor for a container that is gone."""
 
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ def test_samples_are_those_of_the_path_reads(
                      for leaf in (f"{m}/{cgroup_dir(name, tree.driver)}".lstrip("/") for m in _mounts(tree)))
 
     baseline = open_fds()
-    new = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), starvation)
+    new = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), starvation, oom_every=1)
     old = PathSampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), starvation)
     for n, step in enumerate(SCRIPT):
         for i in range(3):
@@ -143,6 +144,40 @@ def _mounts(tree: FakeCgroupTree) -> list[str]:
     if tree.mode == "v2":
         return [h.unified or ""]
     return sorted({h.v1[c] for c in ("cpu", "cpuacct", "memory")})
+
+
+@pytest.mark.parametrize("mode", ["v1", "v2"])
+def test_an_oom_kill_read_every_few_ticks_is_seen_within_them_and_never_lost(
+    fake_cgroup_tree: Callable[..., FakeCgroupTree], mode: str
+) -> None:
+    tree = fake_cgroup_tree(mode)
+    pod, root, every = _pod(0), CgroupName(()), 3
+    name = pod_cgroup_name(root, QOSClass.BURSTABLE, pod.uid)
+    leaves = tree.create(f"{cgroup_dir(name, tree.driver)}/{pod.statuses[0].container_id}")
+    new = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), oom_every=every)
+    old = PathSampler(reader_for(tree.root, root, tree.driver, tree.hierarchy))
+    wanted = targets([pod], root, tree.driver, tree.hierarchy)
+    kills_at = {2: 1, 6: 3}  # tick -> the counter from then on (two kills at once at tick 6)
+    seen: dict[str, list[int]] = {"new": [], "old": []}
+    kills = 0
+    for n in range(12):
+        kills = kills_at.get(n, kills)
+        for leaf in leaves:
+            for file, text in _values(mode, 1.0 + n, 10 * n, 0, 300_000_000 + n, 1_000, kills).items():
+                if mode == "v2" or file.split(".")[0] in leaf.split("/")[0].split(","):
+                    tree.path(f"{leaf}/{file}").write_text(text)
+        got = {"new": new.tick(T0 + n, wanted)[0], "old": old.tick(T0 + n, wanted)[0]}
+        usage = [s for s in got["old"] if not s.oom]
+        assert [s for s in got["new"] if not s.oom] == usage, f"tick {n}"
+        for who, samples in got.items():
+            for s in samples:
+                if s.oom:
+                    assert s.memory is not None and s.memory >= 300_000_000 + n  # the peak, not a guess
+                    seen[who].append(n)
+    assert seen["old"] == [2, 6]
+    assert len(seen["new"]) == 2
+    assert all(o <= m < o + every for o, m in zip(seen["old"], seen["new"], strict=True)), seen
+    new.close()
 
 
 def test_descriptors_follow_the_targets(fake_cgroup_tree: Callable[..., FakeCgroupTree]) -> None:
