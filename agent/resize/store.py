@@ -1,18 +1,22 @@
 """The allocated state on disk, one record per pod: `<state_dir>/pods/<uid>.json`.
 
 Why one file per pod: a resize changes one pod's record, so a save writes and fsyncs only that record
-(temp file + fsync + rename, then one fsync of the directory for the whole batch): O(changed pods), not
-O(node) as the single checkpoint file was. Why not a journal: the records are small and few change per
+(temp file + fsync + rename): O(changed pods), not O(node) as the single checkpoint file was. The
+directory is fsynced once per batch when a record file is created or removed; a record that replaces
+the pod's earlier one is written as the kubelet writes its own checkpoints (data fsynced, then renamed,
+no directory fsync): an agent crash finds the new record whole, and a power loss before the file
+system's next commit finds the earlier, durable one — the pod's previous allocation, from which the
+resize is admitted again (its spec is the API's, not this file's). Why not a journal: the records are small and few change per
 pass; a journal would need compaction and a replay on start for no fewer fsyncs (measured in
 BENCHMARKS.md figure 2). A crash leaves each record either old or new; a record that fails any check
 (bad JSON, checksum, kind, version, shape, a file name that is not its UID) is moved aside as
 `<uid>.json.corrupt` and only that pod's allocation is rebuilt from the kernel, with a warning.
 
 Why a completed resize's record is written later: a resize writes the pod's record twice, once when
-admitted (its new allocation, with its place in the queue: durable — file and directory fsynced — before
-the first cgroup write) and once when actuated (the same allocation, out of the queue). The second
-differs from the first only in that place (`completes`), so losing it in a crash shows the first,
-durable record: the pod restarts InProgress at the same allocation and is driven again, which reads the
+admitted (its new allocation, with its place in the queue: written and fsynced before the first cgroup
+write) and once when actuated (the same allocation, out of the queue). The second
+differs from the first only in that place (`completes`), so losing it in a crash shows the first record
+(after a power loss, possibly an earlier one: see above): the pod restarts InProgress at the same allocation and is driven again, which reads the
 kernel back and finds it done (or writes what is missing). So the second is held (`deferred`) and
 written by `flush` — the engine's node-wide pass and the daemon's shutdown — off the resize's path; a
 newer record of the pod replaces it, a pod gone drops it.
@@ -232,7 +236,7 @@ class PodStore:
                     failed[r.uid] = err.strerror or str(err)
                     continue
                 self._saved[r.uid] = r
-                sync_dir = True
+                sync_dir = sync_dir or old is None  # a new file: its name made durable with the batch
             for uid in gone:
                 (self.path / f"{uid}{SUFFIX}").unlink(missing_ok=True)
                 del self._saved[uid]
@@ -246,15 +250,12 @@ class PodStore:
             raise RecordsNotSaved(self.path, f"cannot write the records of {reasons}", frozenset(failed))
 
     def flush(self) -> None:
-        """Write the deferred completing records (one directory fsync for them all). A record that
-        cannot be written stays deferred: its durable predecessor still restarts the pod correctly."""
-        if not self._deferred:
-            return
+        """Write the deferred completing records (each replaces its pod's record: no directory fsync).
+        A record that cannot be written stays deferred: its predecessor still restarts the pod correctly."""
         try:
             for uid, r in list(self._deferred.items()):
                 self._write(r)
                 del self._deferred[uid]
-            fsync_dir(self.path)
         except OSError as err:
             raise CheckpointError(self.path, f"cannot write: {err.strerror or err}") from err
 

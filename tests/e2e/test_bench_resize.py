@@ -16,6 +16,7 @@ exceed its pod's; changing the agent's pod cgroup behind its back would look lik
 
 from __future__ import annotations
 
+import cProfile
 import json
 import os
 import time
@@ -129,12 +130,17 @@ def _measure(
     out: dict[str, list[float]] = {"agent_s": [], "in_cri_s": [], "bare_s": [], "cri_calls": [], "writes": []}
     quota = "cpu.cfs_quota_us"
     bare = [_bare_request(twin, b), _bare_request(twin, a)]
+    profile = cProfile.Profile() if os.environ.get("KCG_BENCH_PROFILE") else None
     for _ in range(rounds):
         for target in ("b", "a"):
             cri.updates, cri.seconds = 0, 0.0
+            if profile is not None:
+                profile.enable()
             t0 = time.perf_counter()
             report = rec.reconcile_pod(view[target], NEVER)
             out["agent_s"].append(time.perf_counter() - t0)
+            if profile is not None:
+                profile.disable()
             assert report.outcome is Outcome.APPLIED, report
             want = compute_pod(view[target], ComputeConfig()).containers[0].values.cpu_quota
             assert kernel.read_int("cpu", pod.container_cgroup("c"), quota) == want
@@ -147,6 +153,8 @@ def _measure(
             out["bare_s"].append(time.perf_counter() - t0)
             want = request.linux.cpu_quota
             assert kernel.read_int("cpu", twin.container_cgroup("c"), quota) == want
+    if profile is not None:  # where the agent's own time goes (figure 4 names it)
+        profile.dump_stats(f"{os.environ['KCG_BENCH_PROFILE']}.{kind}.{b['limits']['memory']}.prof")
     return out
 
 

@@ -1,7 +1,8 @@
 """What a pod event writes to the state store, and how durably.
 
-A resize's record is written twice: admitted (new allocation, in the queue), fsynced with its directory
-before the first cgroup write; then completed (same allocation, out of the queue), which the store holds
+A resize's record is written twice: admitted (new allocation, in the queue), fsynced before the first
+cgroup write (its directory too when the file is new; a replaced record is renamed as the kubelet renames
+its checkpoints, without a directory fsync); then completed (same allocation, out of the queue), which the store holds
 back until the engine's node-wide pass or the daemon's shutdown flushes it. Losing it in a crash leaves
 the admitted record, which restores the pod InProgress at the same allocation and is finished by the
 next run. A pod event hands the store only the pods it touched: every allocation it changed is on disk
@@ -37,7 +38,7 @@ def _dir_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return calls
 
 
-def test_a_completion_waits_for_the_flush_and_every_other_record_is_durable_at_once(
+def test_a_completion_waits_for_the_flush_and_only_new_or_removed_files_fsync_the_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = _dir_fsyncs(monkeypatch)
@@ -53,20 +54,25 @@ def test_a_completion_waits_for_the_flush_and_every_other_record_is_durable_at_o
     [back] = PodStore(tmp_path / "state").load().records
     assert back.arrival == 3  # a crash now restarts the pod InProgress at the same allocation
     store.flush()
-    assert (store.writes, len(calls), store.deferred) == (2, 2, 0)
+    assert (store.writes, len(calls), store.deferred) == (2, 1, 0)  # a replaced record: no directory fsync
     [back] = PodStore(tmp_path / "state").load().records
     assert back.arrival is None
     store.flush()
-    assert (store.writes, len(calls)) == (2, 2)  # nothing held: nothing written
+    assert (store.writes, len(calls)) == (2, 1)  # nothing held: nothing written
 
-    again = _record("p", cpu="2", arrival=4)  # the next resize: a new allocation
+    again = _record("p", cpu="2", arrival=4)  # the next resize: a new allocation, written at once
     store.save([again])
-    assert (store.writes, len(calls)) == (3, 3)
+    assert (store.writes, len(calls), store.deferred) == (3, 1, 0)
 
     moved = _record("p", cpu="3")  # out of the queue at another allocation: not a completion
     assert not completes(again, moved)
     store.save([moved])
-    assert (store.writes, len(calls), store.deferred) == (4, 4, 0)
+    assert (store.writes, len(calls), store.deferred) == (4, 1, 0)
+
+    store.save([moved, _record("q", cpu="1")])  # a new file: its name made durable
+    assert (store.writes, len(calls)) == (5, 2)
+    store.save([moved])  # q gone: its removal too
+    assert (store.writes, len(calls)) == (5, 3)
 
 
 def test_a_held_completion_gives_way_to_a_newer_record_and_to_the_pods_departure(tmp_path: Path) -> None:
