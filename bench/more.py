@@ -605,6 +605,36 @@ def _diff_process(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _resize_latency(d: dict[str, Any]) -> list[str]:
+    agent, kubelet = d["agent"]["resize_to_cgroup"], d["kubelet"]["resize_to_cgroup"]
+
+    def cell(s: dict[str, float]) -> str:
+        return f"{s['median_ms']:.1f} ms / {s['p99_ms']:.1f} ms ({s['min_ms']:.1f}–{s['max_ms']:.1f}, n={s['n']})"
+
+    ok = agent["median_ms"] <= kubelet["median_ms"] and agent["p99_ms"] <= kubelet["p99_ms"]
+    return [
+        "## 11. A `pods/resize` call to the container's cgroup: the agent on a bare node against the kubelet",
+        "",
+        f"Measured {d.get('date', '?')} on `{d.get('machine', '?')}`; command: `make e2e-k8s`"
+        " (tests/e2e/test_resize_latency_vs_kubelet.py, run by tests/e2e_k8s/run.sh while the cluster is up).",
+        "The same `pods/resize` calls (a Guaranteed pod's CPU 500m -> 1 and back, "
+        f"{d['rounds']} rounds, interleaved) on two pods: one on `realk8s-node`, resized by the real v1.36 kubelet;",
+        "one on a node with no kubelet that resizes (a Node object at v1.32; its container in `make e2e`'s private",
+        "containerd under the pod's API UID), resized by `kube-cgroup-agent run` (a host process). Timed from just",
+        "before the PATCH to the first read of the container's `cpu.cfs_quota_us` at its new value (polled every",
+        "0.2 ms). The floor: one API write (the PATCH round trip below), one watch event, one runc update.",
+        "",
+        "| who | resize -> container cgroup, median / p99 (min–max, n) | the PATCH's own round trip, median |",
+        "| --- | --- | --- |",
+        f"| kubelet v1.36 | {cell(kubelet)} | {d['kubelet']['patch']['median_ms']:.1f} ms |",
+        f"| the agent (bare node) | {cell(agent)} | {d['agent']['patch']['median_ms']:.1f} ms |",
+        "",
+        f"Goal: median and p99 at or below the kubelet's, same calls, same run — {_verdict(ok)}.",
+        *[f"{line}" for line in d.get("notes", [])],
+        "",
+    ]
+
+
 Render = Callable[[dict[str, Any]], list[str]]
 
 
@@ -621,4 +651,5 @@ def sections(results: Path) -> list[tuple[str, Render]]:
         ("e2e_k8s", _e2e_k8s),
         ("vpa", _vpa),
         ("rollout", lambda d: _rollout(d, results)),
+        ("resize_latency", _resize_latency),
     ]

@@ -74,9 +74,16 @@ def _cri(settings: Settings) -> ContainerUpdater | None:
     if not settings.cri_endpoint:
         return None
     from agent.cri.client import CRIClient
+    from agent.cri.errors import CRIError
 
-    client: ContainerUpdater = CRIClient(settings.cri_endpoint)
-    return client
+    client = CRIClient(settings.cri_endpoint)
+    try:  # connected now, as the kubelet does at start: the first resize does not pay the connection
+        v = client.version()
+        log.info("runtime", endpoint=settings.cri_endpoint, name=v.runtime_name, version=v.runtime_version)
+    except CRIError as err:  # the runtime may come later: every call retries on its own
+        log.warning("runtime.unavailable", endpoint=settings.cri_endpoint, error=str(err))
+    updater: ContainerUpdater = client
+    return updater
 
 
 def _wait_for_node(core: Any, node: str, settings: Settings, stop: threading.Event) -> Any:

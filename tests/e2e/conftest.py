@@ -188,8 +188,9 @@ class PodRunner:
         image: str | None = None,
         args: tuple[str, ...] = (),
         mounts: tuple[pb.Mount, ...] = (),
+        uid: str | None = None,  # an API server's pod UID, when the pod exists there too
     ) -> Pod:
-        uid = str(uuid.uuid4())
+        uid = uid or str(uuid.uuid4())
         tier = "" if qos == "guaranteed" else f"/{qos}"
         parent = f"{self.env.cgroup_root}/kubepods{tier}/pod{uid}"
         labels = {

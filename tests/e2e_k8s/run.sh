@@ -23,8 +23,16 @@ bash tests/e2e_k8s/cluster.sh up > "$RK/cluster-up.log" 2>&1 || { tail -n 40 "$R
 up=$(( $(date +%s) - t0 ))
 grep -E '^\[cluster .*===' "$RK/cluster-up.log" || true
 echo "e2e-k8s: two-node cluster up in $up s (log: $RK/cluster-up.log)"
+rc=0
 KUBECONFIG=$RK/kubeconfig KCG_REALK8S=$RK KCG_CLUSTER=1 KCG_CLUSTER_UP_S=$up \
   KCG_E2E_K8S_OUT=bench/results/e2e_k8s.json \
-  .venv/bin/pytest -q -rA -p no:cacheprovider tests/e2e_k8s ${PYTEST_ARGS:-} "$@"
+  .venv/bin/pytest -q -rA -p no:cacheprovider tests/e2e_k8s ${PYTEST_ARGS:-} "$@" || rc=$?
+# Figure 11: the agent on a bare node (make e2e's private containerd) against this host's kubelet, same
+# pods/resize calls, while the cluster is up. KCG_LATENCY=0 leaves it out.
+if [ "${KCG_LATENCY:-1}" = 1 ]; then
+  KUBECONFIG=$RK/kubeconfig KCG_REALK8S=$RK KCG_CLUSTER=1 KCG_LATENCY_OUT=bench/results/resize_latency.json \
+    PYTEST_ARGS="-q -rA -p no:cacheprovider -k resize_latency_vs_kubelet" bash tests/e2e/run.sh || rc=$?
+fi
 .venv/bin/python -c 'from pathlib import Path; from bench.report import write_markdown; write_markdown(Path("bench/results"))'
 echo "e2e-k8s: figure 8 of BENCHMARKS.md rewritten from bench/results/e2e_k8s.json"
+exit $rc
