@@ -630,7 +630,18 @@ def _resize_latency(d: dict[str, Any]) -> list[str]:
         f"| the agent (bare node) | {cell(agent)} | {d['agent']['patch']['median_ms']:.1f} ms |",
         "",
         f"Goal: median and p99 at or below the kubelet's, same calls, same run — {_verdict(ok)}.",
-        *[f"{line}" for line in d.get("notes", [])],
+        *(
+            [
+                "",
+                "Where the agent's time goes: its own pass for the resize (compute, the pod's state record written",
+                "and fsynced, the pod cgroup, UpdateContainerResources — one `runc update` —, the read-back), from its",
+                f"log: {d['agent']['pass']['median_ms']:.1f} ms median (max {d['agent']['pass']['max_ms']:.1f} ms);"
+                f" the PATCH's round trip {d['agent']['patch']['median_ms']:.1f} ms; the rest is the watch event's"
+                " delivery and the hand-off to the worker.",
+            ]
+            if "pass" in d["agent"]
+            else []
+        ),
         "",
     ]
 
