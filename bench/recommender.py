@@ -90,24 +90,25 @@ def markdown(data: dict[str, Any]) -> list[str]:
         "",
         f"Command: `{data['_meta']['command']}`; {data['_meta']['date']}, {data['_meta']['machine']}.",
         "",
-        f"One tick reads four v1 counter files of each of {data['containers']:,} containers (`cpuacct.usage`,",
-        "`memory.usage_in_bytes`, `memory.stat`, `memory.oom_control`; the peak only after an OOM kill) through",
-        "descriptors kept open between ticks (`pread`, `cgroupfs.pinned`), turns two readings into samples and",
-        "feeds the histograms; the sampler ticks every second. Median over"
+        f"One tick reads three v1 counter files of each of {data['containers']:,} containers (`cpuacct.usage`,",
+        "`memory.usage_in_bytes`, `memory.stat`; `memory.oom_control`, a counter that only counts up, every",
+        "10th tick per container, spread over the ticks; the peak only after an OOM kill) through descriptors",
+        "kept open between ticks (`pread`, `cgroupfs.pinned`), turns two readings into samples and feeds the",
+        "histograms; the sampler ticks every second. Median over"
         f" {data['ticks'] - 1} ticks (the first, which opens the files and has no previous reading, left out).",
         "",
         "| containers | CPU per tick (median / max) | CPU % of a core at 1 tick/s | wall per tick | state on disk |",
         "| --- | --- | --- | --- | --- |",
         f"| {data['containers']:,} | {data['cpu_per_tick_s'] * 1000:.1f} ms / {data['cpu_per_tick_max_s'] * 1000:.1f} ms "
-        f"| {pct:.1f} % | {data['wall_per_tick_s'] * 1000:.1f} ms | {data['state_bytes']:,} bytes "
+        f"| {pct:.2f} % | {data['wall_per_tick_s'] * 1000:.1f} ms | {data['state_bytes']:,} bytes "
         f"({data['state_bytes_per_container']} per container) |",
         "",
         *([f"With `cpuStarvation` on (`cpu.stat` read too): {starved * 1000:.1f} ms per tick ({starved * 100:.1f} %).", ""]
           if starved is not None else []),
         f"Goal: < 1 % of a core at 1,000 containers — {'**met**' if pct < 1 else '**MISSED**'} on this fake tree."
         " The tree's files are ordinary files; on this host's real v1 cgroups the kernel takes longer to"
-        " produce them (`memory.stat` about 6.5 µs a read, the other three about 1 µs each), which adds about"
-        " 1 % of a core at 1,000 containers whatever the language; `recommender.sampleInterval` divides the"
+        " produce them (`memory.stat` about 6.5 µs a read, the other two about 1 µs each), which adds about"
+        " 0.9 % of a core at 1,000 containers whatever the language; `recommender.sampleInterval` divides the"
         " whole cost.",
         "",
     ]
