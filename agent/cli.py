@@ -103,19 +103,20 @@ def _vpa_flag(p: argparse.ArgumentParser) -> None:
 
 def _vpa_sources(args: argparse.Namespace, settings: Settings) -> list[Any]:
     """The VPA source the daemon would have, from --vpa or (vpa.enabled, pods from the API) the API."""
+    from_file = bool(getattr(args, "vpa", None))
+    if not from_file and not (settings.vpa.enabled and settings.pods is None):
+        return []  # before loading VPA's modules: most commands have no VPA
     from agent.ownership import Thing, resolve
     from agent.vpainputs import cli_source, read_api, read_file
 
     node = settings.node_name or os.environ.get("NODE_NAME")
-    if getattr(args, "vpa", None):
+    if from_file:
         inputs = read_file(Path(args.vpa), node)
-    elif settings.vpa.enabled and settings.pods is None:
+    else:
         found = read_api(settings.kubeconfig, node)
         if found is None:
             return []
         inputs = found
-    else:
-        return []
     for problem in inputs.problems:
         print(f"warning: {problem}", file=sys.stderr)
     ownership = resolve(settings.ownership, inputs.kubelet_version, settings.feature_gates, settings.observe_only)
@@ -226,8 +227,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from agent import pipeline, render
 
     settings = build_settings(args)
-    result = pipeline.run(settings, sources=_vpa_sources(args, settings))
-    node = result.diff
+    _, node = pipeline.compare(settings, sources=_vpa_sources(args, settings))
     print(render.diff_json(node, args.all) if args.output == "json" else render.diff_table(node, args.all))
     if node.errors:
         return EXIT_ERROR

@@ -266,6 +266,34 @@ def test_a_local_command_imports_only_what_it_uses(argv: list[str]) -> None:
     assert "HEAVY []" in r.stderr, r.stderr
 
 
+# What `diff` over JSON manifests and flags does not use: YAML (no YAML to read), the planner (it stops at the
+# diff), VPA, the recommender's histograms, the rollout and the resize engine (their settings sections load
+# without them).
+NOT_FOR_DIFF = ("yaml", "agent.plan", "agent.vpa.policy", "agent.vpa.model", "agent.vpa.source", "agent.vpainputs",
+                "agent.ownership", "agent.recommender.histogram", "agent.rollout.eligibility", "agent.resize")
+
+
+def test_diff_over_json_manifests_loads_neither_yaml_nor_the_planner(tmp_path: Path) -> None:
+    import yaml
+
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps([d for d in yaml.safe_load_all((SAMPLE / "pods.yaml").read_text()) if d]))
+    code = (
+        "import sys; from agent.cli import main\n"
+        "rc = main(sys.argv[1:])\n"
+        f"unused = {NOT_FOR_DIFF!r}\n"
+        "bad = sorted(m for m in sys.modules if any(m == u or m.startswith(u + '.') for u in unused))\n"
+        "print('RC', rc, 'LOADED', bad, file=sys.stderr)"
+    )
+    argv = ["diff", "--pods", str(pods), "--cgroupfs", str(SAMPLE / "cgroupfs"), "--allocatable",
+            "cpu=3900m,memory=15872Mi,hugepages-2Mi=256Mi", "--qos-reserved", "memory=50%",
+            "--hugepage-sizes", "2Mi,1Gi", "-o", "json"]
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert "RC 1 " in r.stderr, r.stderr  # the sample node has differences
+    assert "LOADED []" in r.stderr, r.stderr
+    assert json.loads(r.stdout)["errors"] == []
+
+
 def test_the_version_command_reads_the_installed_version() -> None:
     r = run_cli("version")
     assert r.returncode == 0, r.stderr
