@@ -131,8 +131,8 @@ def compute_pod(pod: PodView, cfg: ComputeConfig) -> PodComputation:
             pod.status_qos, f"status.qosClass is {pod.status_qos.value} (the kubelet trusts it)"
         )
     qos = decision.qos
-    reqs = pod_requests(pod)
-    limits = pod_limits(pod)
+    reqs = pod_requests(pod, containers=req_agg)
+    limits = pod_limits(pod, containers=lim_agg)
     cpu_declared, mem_declared = limits_declared(pod)
 
     period = cfg.cpu_cfs_quota_period_us
