@@ -48,3 +48,20 @@ def test_a_refused_quantity_names_each_callers_field_every_time(value: object, w
             with pytest.raises(QuantityError) as err:
                 convert(value, what)
             assert str(err.value) == f"{what}: {value!r} {why}"
+
+
+def test_a_repeated_resource_list_gives_equal_resources_and_refusals_name_each_caller() -> None:
+    from agent.pods.parse import resource_list
+
+    raw = {"cpu": "250m", "memory": "64Mi", "hugepages-2Mi": "4Mi", "example.com/gpu": "1"}
+    first, again = resource_list(raw, "a"), resource_list(dict(raw), "b")
+    assert first == again
+    assert (first.cpu_milli, first.memory, dict(first.hugepages), first.other) == (
+        250, 64 << 20, {2 << 20: 4 << 20}, frozenset({"example.com/gpu"})
+    )
+    assert resource_list({"cpu": 1}, "a").cpu_milli == 1000
+    for what in ("first limits", "second limits"):  # True is not 1, whatever came before
+        with pytest.raises(QuantityError, match=f"^{what}.cpu: True is not a quantity$"):
+            resource_list({"cpu": True}, what)
+        with pytest.raises(QuantityError, match=f"^{what}.memory: 'lots' is not a valid quantity$"):
+            resource_list({"cpu": "1", "memory": "lots"}, what)
