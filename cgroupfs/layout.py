@@ -142,7 +142,8 @@ def render(
         directory = dirs.get(mount)
         if directory is None:
             directory = dirs[mount] = _join(mount, below)
-        out.extend(FileSetting(name, controller, version, directory, f, v) for f, v in settings)
+        for filename, value in settings:
+            out.append(FileSetting(name, controller, version, directory, filename, value))
     return tuple(out)
 
 
