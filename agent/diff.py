@@ -214,14 +214,9 @@ def desired_files(
     return tuple(out)
 
 
-def paths_to_read(files: Iterable[DesiredFile]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(file paths, directory paths) the shell must read to diff these files."""
-    paths: dict[str, None] = {}
-    dirs: dict[str, None] = {}
-    for f in files:
-        paths[f.setting.path] = None
-        dirs[f.setting.directory] = None
-    return tuple(paths), tuple(dirs)
+def paths_to_read(files: Iterable[DesiredFile]) -> tuple[str, ...]:
+    """The file paths the shell must read to diff these files (reading them tells their directories too)."""
+    return tuple(dict.fromkeys(f.setting.path for f in files))
 
 
 def _same(filename: str, current: str, desired: str) -> bool:

@@ -117,8 +117,7 @@ def compute(
 
 
 def observe(env: Environment, files: tuple[DesiredFile, ...]) -> Observation:
-    paths, _ = paths_to_read(files)
-    texts, dirs = env.files.read_many(paths)
+    texts, dirs = env.files.read_many(paths_to_read(files))
     return Observation(files=texts, dirs=dirs)
 
 

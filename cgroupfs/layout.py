@@ -91,8 +91,8 @@ class RenderOptions:
     weight_formula: str = "linear"  # "linear" (kubelet, pod and QoS cgroups) or "quadratic" (runc >= 1.3.2)
 
 
-def _join(*parts: str) -> str:
-    return "/".join(p for p in parts if p)
+def _join(mount: str, below: str) -> str:
+    return f"{mount}/{below}" if mount and below else mount or below
 
 
 def cgroup_directory(
