@@ -4,6 +4,7 @@ never a traceback. Heavy modules (kubernetes, grpc) are imported only by the com
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -27,6 +28,10 @@ class UsageError(PermanentError):
 
 
 OOM_SCORE_ADJ = Path("/proc/self/oom_score_adj")
+# Commands that build the node's state once, show or apply it, and exit: what they allocate lives until the
+# end, so the cyclic garbage collector only scans it again and again (some 230 passes, a tenth of a 1,000-pod
+# `diff`). Reference counting still frees what they drop.
+ONE_PASS = frozenset({"diff", "plan", "explain", "apply"})
 
 
 def yield_memory_to_the_daemon(path: Path = OOM_SCORE_ADJ) -> bool:
@@ -364,6 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if argv is None and args.command != "run":  # a command line, not a call from code that owns the process
         yield_memory_to_the_daemon()
+        if args.command in ONE_PASS:
+            gc.disable()
     if args.command == "version":
         from agent.version import describe
 

@@ -294,6 +294,19 @@ def test_diff_over_json_manifests_loads_neither_yaml_nor_the_planner(tmp_path: P
     assert json.loads(r.stdout)["errors"] == []
 
 
+@pytest.mark.parametrize(("argv", "collects"), [(["diff", "--config", CONFIG], False), (["version"], True)])
+def test_a_one_pass_command_line_leaves_the_cyclic_collector_off(argv: list[str], collects: bool) -> None:
+    """Off for the process of a one-pass command line; a call from code keeps the caller's collector."""
+    code = (
+        "import gc, sys; from agent.cli import main\n"
+        "main(sys.argv[1:])\nin_code = gc.isenabled()\n"
+        "sys.argv = ['kube-cgroup-agent', *sys.argv[1:]]\nmain()\n"
+        "print('IN-CODE', in_code, 'COMMAND-LINE', gc.isenabled(), file=sys.stderr)"
+    )
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert f"IN-CODE True COMMAND-LINE {collects}" in r.stderr, r.stderr
+
+
 def test_the_version_command_reads_the_installed_version() -> None:
     r = run_cli("version")
     assert r.returncode == 0, r.stderr
