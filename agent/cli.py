@@ -7,7 +7,7 @@ import argparse
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +16,8 @@ from agent.errors import PermanentError
 
 if TYPE_CHECKING:
     from agent.settings import Settings
+
+    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]  # what add_subparsers returns
 
 EXIT_OK = 0
 EXIT_DIFFERENCES = 1
@@ -162,39 +164,62 @@ def build_settings(args: argparse.Namespace) -> Settings:
         return settings
 
 
-def parser() -> argparse.ArgumentParser:
+
+
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line. With `command`, only that command's arguments are defined: all that parsing a line
+    which names it needs (defining every command's took a few ms of each run)."""
     p = argparse.ArgumentParser(
         prog="kube-cgroup-agent",
         description="Computes the kubelet's cgroup values for a node's pods and QoS tiers, shows and applies them.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, define in _COMMAND_ARGS.items():
+        if command is None or command == name:
+            define(sub)
+    return p
+
+
+def _version_args(sub: _Commands) -> None:
     sub.add_parser("version", help="print the version")
 
+
+def _diff_args(sub: _Commands) -> None:
     d = sub.add_parser("diff", help="show what differs between the desired and the current cgroup values")
     _common(d)
     _vpa_flag(d)
     d.add_argument("--all", action="store_true", help="list every value, not only the differing ones")
     d.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
+
+def _plan_args(sub: _Commands) -> None:
     pl = sub.add_parser("plan", help="show the ordered steps apply would run")
     _common(pl)
     _vpa_flag(pl)
     pl.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
+
+def _explain_args(sub: _Commands) -> None:
     e = sub.add_parser("explain", help="show how each value of one pod was derived")
     e.add_argument("pod", metavar="POD", help="namespace/name, name, or UID")
     _common(e)
     _vpa_flag(e)
 
+
+def _apply_args(sub: _Commands) -> None:
     a = sub.add_parser("apply", help="reconcile once, then exit")
     _common(a)
     a.add_argument("--output", "-o", choices=["table", "json"], default="table")
     a.add_argument("--create-qos-cgroups", action="store_const", const=True, default=None)
 
+
+def _check_args(sub: _Commands) -> None:
     c = sub.add_parser("check", help="environment diagnostics")
     _common(c, pods=False)
     c.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
+
+def _recommend_args(sub: _Commands) -> None:
     rec = sub.add_parser("recommend", help="VPA's recommendation per pod and container, from this node or a trace")
     _common(rec, pods=False)
     rec.add_argument("--samples", help="compute from a recorded trace (JSON lines; - for stdin) instead of the node")
@@ -203,6 +228,8 @@ def parser() -> argparse.ArgumentParser:
     rec.add_argument("--duration", type=float, default=60.0, help="seconds to record (default 60)")
     rec.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
+
+def _rollout_args(sub: _Commands) -> None:
     ro = sub.add_parser("rollout", help="graceful in-place updates of StatefulSets and DaemonSets")
     ro_sub = ro.add_subparsers(dest="rollout_command", required=True, metavar="SUBCOMMAND")
     ros = ro_sub.add_parser("status", help="where each pod of an opted-in workload stands in its rollout")
@@ -212,6 +239,8 @@ def parser() -> argparse.ArgumentParser:
     ros.add_argument("--config", help="YAML config file (its rollout.readyTimeout says when a pod has failed)")
     ros.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
+
+def _run_args(sub: _Commands) -> None:
     r = sub.add_parser("run", help="the daemon: watch the node's pods and reconcile continuously")
     _common(r)
     r.add_argument("--metrics-bind-address", help="host:port for /metrics (default 127.0.0.1:9812)")
@@ -225,7 +254,20 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--create-qos-cgroups", action="store_const", const=True, default=None)
     r.add_argument("--log-format", choices=["auto", "json", "console"])
     r.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    return p
+
+
+# In the order `--help` lists them.
+_COMMAND_ARGS: dict[str, Callable[[_Commands], None]] = {
+    "version": _version_args,
+    "diff": _diff_args,
+    "plan": _plan_args,
+    "explain": _explain_args,
+    "apply": _apply_args,
+    "check": _check_args,
+    "recommend": _recommend_args,
+    "rollout": _rollout_args,
+    "run": _run_args,
+}
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
@@ -366,7 +408,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # daemon's JSON; the agent reports the CRI error itself. Set before grpc is first imported; the
     # environment still wins (GRPC_VERBOSITY=INFO to debug the transport).
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    args = parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    named = words[0] if words and words[0] in _COMMAND_ARGS else None  # else the whole parser says what is wrong
+    args = parser(named).parse_args(words)
     if argv is None and args.command != "run":  # a command line, not a call from code that owns the process
         yield_memory_to_the_daemon()
         if args.command in ONE_PASS:

@@ -307,6 +307,27 @@ def test_a_one_pass_command_line_leaves_the_cyclic_collector_off(argv: list[str]
     assert f"IN-CODE True COMMAND-LINE {collects}" in r.stderr, r.stderr
 
 
+LINES = [
+    ["version"],
+    ["diff", "--pods", "p.yaml", "--all", "-o", "json", "--cgroupfs", "/x", "--qos-reserved", "memory=50%"],
+    ["plan", "--config", "c.yaml", "--vpa", "v.yaml"],
+    ["explain", "shop/api", "--node", "n1"],
+    ["apply", "--create-qos-cgroups", "-o", "json"],
+    ["check", "--cgroup-version", "2"],
+    ["recommend", "--samples", "-", "--now", "12.5"],
+    ["rollout", "status", "statefulset/web", "-n", "shop"],
+    ["run", "--observe-only", "--log-level", "debug"],
+]
+
+
+@pytest.mark.parametrize("line", LINES, ids=[line[0] for line in LINES])
+def test_the_parser_of_one_command_reads_its_lines_as_the_whole_parser(line: list[str]) -> None:
+    from agent.cli import _COMMAND_ARGS, parser
+
+    assert set(_COMMAND_ARGS) == {line[0] for line in LINES}
+    assert parser(line[0]).parse_args(line) == parser().parse_args(line)
+
+
 def test_the_version_command_reads_the_installed_version() -> None:
     r = run_cli("version")
     assert r.returncode == 0, r.stderr
