@@ -109,24 +109,19 @@ def container_files(
         settings = layout.render(
             pod.cgroup, _container_values(cc.values), hierarchy, container_opts, subdir=sub
         )
-        # The runtime, not the agent, turns a container's shares into cgroup v2 cpu.weight, with a formula
-        # that depends on its version (runc < 1.3.2 linear, newer quadratic): either result is converged.
-        weights = (
-            str(shares_to_weight_linear(cc.values.cpu_shares)),
-            str(shares_to_weight_quadratic(cc.values.cpu_shares)),
-        )
-        out.extend(
-            DesiredFile(
-                s,
-                Owner.CONTAINER,
-                key,
-                pod.pod.uid,
-                cc.container.name,
-                status.container_id,
-                weights if s.filename == layout.CPU_WEIGHT else (),
+        for s in settings:
+            accept: tuple[str, ...] = ()
+            if s.filename == layout.CPU_WEIGHT:
+                # The runtime, not the agent, turns a container's shares into cgroup v2 cpu.weight, with a
+                # formula that depends on its version (runc < 1.3.2 linear, newer quadratic): either result
+                # is converged.
+                accept = (
+                    str(shares_to_weight_linear(cc.values.cpu_shares)),
+                    str(shares_to_weight_quadratic(cc.values.cpu_shares)),
+                )
+            out.append(
+                DesiredFile(s, Owner.CONTAINER, key, pod.pod.uid, cc.container.name, status.container_id, accept)
             )
-            for s in settings
-        )
     return tuple(out)
 
 
@@ -219,14 +214,9 @@ def desired_files(
     return tuple(out)
 
 
-def paths_to_read(files: Iterable[DesiredFile]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(file paths, directory paths) the shell must read to diff these files."""
-    paths: dict[str, None] = {}
-    dirs: dict[str, None] = {}
-    for f in files:
-        paths[f.setting.path] = None
-        dirs[f.setting.directory] = None
-    return tuple(paths), tuple(dirs)
+def paths_to_read(files: Iterable[DesiredFile]) -> tuple[str, ...]:
+    """The file paths the shell must read to diff these files (reading them tells their directories too)."""
+    return tuple(dict.fromkeys(f.setting.path for f in files))
 
 
 def _same(filename: str, current: str, desired: str) -> bool:
@@ -252,7 +242,12 @@ def diff(comp: NodeComputation, files: Iterable[DesiredFile], observed: Observat
         if current is None and s.controller is Controller.HUGETLB and observed.dirs.get(s.directory, False):
             hugetlb_missing[s.directory] = None
             continue
-        differs = current is None or not any(_same(s.filename, current, v) for v in (s.value, *f.accept))
+        if current is None:
+            differs = True
+        elif current == s.value:  # a converged node's every file, without the general comparison
+            differs = False
+        else:
+            differs = not any(_same(s.filename, current, v) for v in (s.value, *f.accept))
         out.append(FileDiff(f, current, differs, observed.dirs.get(s.directory, current is not None)))
     for d in hugetlb_missing:
         warnings.append(

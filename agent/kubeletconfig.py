@@ -14,8 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from agent.settings import KUBELET_KEYS, ConfigError, Settings, convert_key, validate
 
 
@@ -25,6 +23,8 @@ def read_kubelet_config(path: Path) -> Mapping[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError([f"kubeletConfig {path}: {err.strerror or err}"]) from err
+    import yaml  # only with a kubeletConfig: most commands never parse YAML
+
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -1,6 +1,7 @@
 """The one pipeline every command runs: pods -> compute -> desired files -> read -> diff -> plan.
 
-The dry-run commands stop after `plan`; `apply` and the daemon hand the plan to the executor. This is
+`diff` stops after the diff (`compare`), the other dry-run commands after `plan`; `apply` and the daemon
+hand the plan to the executor. This is
 the imperative shell around the pure core: it is the only place that decides where pods and cgroup
 files come from.
 """
@@ -10,12 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agent.compute import NodeComputation, compute_node
 from agent.diff import DesiredFile, NodeDiff, Observation, desired_files, diff, paths_to_read
 from agent.errors import PermanentError
 from agent.model import PodView, Problem
-from agent.plan import Plan, build_plan, usage_paths
 from agent.pods.load import Loaded, SourceError, load_path
 from agent.settings import Settings
 from agent.sources import Source, default_sources
@@ -26,6 +27,8 @@ from cgroupfs.layout import Hierarchy, RenderOptions, cgroup_directory
 from cgroupfs.mounts import detect_hierarchy
 from cgroupfs.types import CgroupName, Controller
 
+if TYPE_CHECKING:  # the planner is loaded by what plans: `diff` stops before it
+    from agent.plan import Plan
 
 class PipelineError(PermanentError):
     """Something that stops the whole command (no pods source, no cgroup hierarchy)."""
@@ -114,8 +117,7 @@ def compute(
 
 
 def observe(env: Environment, files: tuple[DesiredFile, ...]) -> Observation:
-    paths, _ = paths_to_read(files)
-    texts, dirs = env.files.read_many(paths)
+    texts, dirs = env.files.read_many(paths_to_read(files))
     return Observation(files=texts, dirs=dirs)
 
 
@@ -126,10 +128,31 @@ class Result:
     extra: dict[str, str | None]
 
     def plan(self, include_containers: bool = True) -> Plan:
+        from agent.plan import build_plan
+
         return build_plan(self.diff, self.extra, include_containers=include_containers)
 
 
 PodEnricher = Callable[[tuple[PodView, ...]], tuple[PodView, ...]]
+
+
+def compare(
+    settings: Settings,
+    include_containers: bool = True,
+    env: Environment | None = None,
+    enrich: PodEnricher | None = None,
+    sources: Sequence[Source] = (),
+) -> tuple[Environment, NodeDiff]:
+    """The node's diff, all that `diff` shows; `enrich` may complete the pods before computing (e.g. container
+    IDs from the runtime)."""
+    env = env or environment(settings)
+    loaded = load_pods(settings, sources)
+    pods = enrich(loaded.pods) if enrich is not None else loaded.pods
+    comp = compute(settings, env, pods, loaded.errors, loaded.warnings)
+    wanted = desired_files(
+        comp, env.hierarchy, env.render_options, env.container_render_options, include_containers
+    )
+    return env, diff(comp, wanted, observe(env, wanted))
 
 
 def run(
@@ -139,14 +162,9 @@ def run(
     enrich: PodEnricher | None = None,
     sources: Sequence[Source] = (),
 ) -> Result:
-    """`enrich` may complete the pods before computing (e.g. container IDs from the runtime)."""
-    env = env or environment(settings)
-    loaded = load_pods(settings, sources)
-    pods = enrich(loaded.pods) if enrich is not None else loaded.pods
-    comp = compute(settings, env, pods, loaded.errors, loaded.warnings)
-    wanted = desired_files(
-        comp, env.hierarchy, env.render_options, env.container_render_options, include_containers
-    )
-    node_diff = diff(comp, wanted, observe(env, wanted))
+    """`compare`, and the usage files a plan reads besides."""
+    env, node_diff = compare(settings, include_containers, env, enrich, sources)
+    from agent.plan import usage_paths
+
     extra, _ = env.files.read_many(usage_paths(node_diff))
     return Result(env, node_diff, extra)

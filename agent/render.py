@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.compute.pod import PodComputation
 from agent.diff import FileDiff, NodeDiff, Owner, WeightFormulaEvidence
 from agent.model import UNLIMITED, Problem, Resources
-from agent.plan import CgroupStep, ContainerStep, Plan, RestartStep
-from agent.resize.types import ResizeStatus
-from agent.vpa.source import VPASource
 from cgroupfs.convert import hugepage_size_name
+
+if TYPE_CHECKING:  # `diff` renders without loading the planner, the resize engine or VPA
+    from agent.plan import Plan
+    from agent.resize.types import ResizeStatus
+    from agent.vpa.source import VPASource
 
 
 def _problems(items: Iterable[Problem]) -> list[dict[str, Any]]:
@@ -119,6 +121,8 @@ def resize_line(status: ResizeStatus) -> str:
 
 
 def plan_table(plan: Plan, resizes: Sequence[ResizeStatus] = ()) -> str:
+    from agent.plan import CgroupStep, ContainerStep, RestartStep  # loaded already: it built `plan`
+
     lines: list[str] = [resize_line(r) for r in resizes]
     for i, s in enumerate(plan.steps, 1):
         if isinstance(s, CgroupStep):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -41,6 +41,7 @@ MEMORY_MEMSW_USAGE: Final = "memory.memsw.usage_in_bytes"
 
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_SIZE: Final = 65536
 _WRITE_FLAGS: Final = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC  # never O_CREAT
 
 _QUOTA_FILES: Final = frozenset({CPU_QUOTA, CPU_PERIOD, CPU_MAX})
@@ -226,77 +227,53 @@ class _Walker:
             if err.errno == errno.ENOENT:
                 return None
             raise _oserror("read", relpath, err) from err
-        chunks: list[bytes] = []
         try:
-            while chunk := os.read(fd, 65536):
-                chunks.append(chunk)
+            data = os.read(fd, _READ_SIZE)
+            if data:  # the end is the read that returns nothing (a short read is not the end of a kernel file)
+                while chunk := os.read(fd, _READ_SIZE):
+                    data += chunk
         except OSError as err:
             if err.errno == errno.ENODEV:  # the cgroup was removed while we read
                 return None
             raise _oserror("read", relpath, err) from err
         finally:
             os.close(fd)
-        return b"".join(chunks).decode("utf-8", errors="replace")
+        return data.decode("utf-8", errors="replace")
 
     def _read_grouped(
-        self, items: Iterable[tuple[str, tuple[str, ...]]]
+        self, by_dir: Mapping[tuple[str, ...], Sequence[tuple[str, str]]]
     ) -> tuple[dict[str, str | None], dict[str, bool]]:
         """Read many files, walking each directory once: (contents by path, existence by directory).
 
-        A node has tens of thousands of such files; opening every path component again for each file
-        dominated the agent's time, so files are grouped by their directory.
+        `by_dir` maps the components of a (confined) directory to its files, as (path, name). A node has
+        tens of thousands of such files; opening every path component again for each file dominated the
+        agent's time, so files are grouped by their directory, and directories in sorted order share
+        their leading components (`_OpenPath`).
         """
-        by_dir: dict[tuple[str, ...], list[tuple[str, str]]] = {}
-        for relpath, parts in items:
-            if not parts:
-                raise CgroupPathRefused("read", relpath, "the top of the tree is not a file")
-            by_dir.setdefault(parts[:-1], []).append((relpath, parts[-1]))
         files: dict[str, str | None] = {}
         dirs: dict[str, bool] = {}
-        # Directories in sorted order share their leading components: keep the open path (a stack of
-        # fds, root first) and open only the components below the part already open, each relative to
-        # its parent with the same flags as `_open_dir` (no symlink followed).
-        stack: list[tuple[tuple[str, ...], int]] = []
-        try:
+        with _OpenPath(self.cgroupfs) as path:
             for dparts in sorted(by_dir):
                 members = by_dir[dparts]
                 reldir = "/".join(dparts)
-                while stack and dparts[: len(stack[-1][0])] != stack[-1][0]:
-                    os.close(stack.pop()[1])
-                dfd = self._open_below(stack, dparts)
-                if dfd is None:  # a component failed: the one-by-one walk names it (or it now exists)
-                    try:
-                        dfd = self._open_dir("read", reldir, dparts)
+                dfd = own = path.descend(dparts)
+                if dfd is None:  # a component failed: the one-by-one walk names it (or it exists by now)
+                    try:  # an error names the first file, as `read` of it would
+                        dfd = own = self._open_dir("read", members[0][0], dparts)
                     except CgroupNotFound:
                         dirs[reldir] = False
                         files.update((rel, None) for rel, _ in members)
                         continue
-                    stack.append((dparts, dfd))
-                dirs[reldir] = True
-                for rel, name in members:
-                    files[rel] = self._read_at(dfd, name, rel)
-        finally:
-            for _, fd in stack:
-                os.close(fd)
+                else:
+                    own = None  # the open path's, closed with it
+                try:
+                    dirs[reldir] = True
+                    for rel, name in members:
+                        files[rel] = self._read_at(dfd, name, rel)
+                finally:
+                    if own is not None:
+                        os.close(own)
         return files, dirs
-
-    def _open_below(self, stack: list[tuple[tuple[str, ...], int]], dparts: tuple[str, ...]) -> int | None:
-        """Extend the open path `stack` down to `dparts`; the fd of `dparts`, or None if a component
-        could not be opened (the stack then holds what did open)."""
-        if not stack:
-            try:
-                root = os.open(self.cgroupfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            except OSError:
-                return None
-            stack.append(((), root))
-        prefix, fd = stack[-1]
-        for i in range(len(prefix), len(dparts)):
-            try:
-                fd = os.open(dparts[i], _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                return None
-            stack.append((dparts[: i + 1], fd))
-        return fd
 
     def _exists(self, relpath: str, parts: tuple[str, ...]) -> bool:
         try:
@@ -315,6 +292,60 @@ class _Walker:
             raise _oserror("list", relpath, err) from err
         finally:
             os.close(fd)
+
+
+class _OpenPath:
+    """One directory open below --cgroupfs with all its ancestors, to go from one directory to the next
+    opening only the components they do not share; each is opened relative to its parent with the flags
+    of `_Walker._open_dir` (no symlink followed). Closes what it holds on exit."""
+
+    def __init__(self, cgroupfs: Path) -> None:
+        self._cgroupfs = cgroupfs
+        self._parts: list[str] = []  # the components open below the top
+        self._fds: list[int] = []  # the top's fd, then one per component
+
+    def __enter__(self) -> _OpenPath:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        while self._fds:
+            os.close(self._fds.pop())
+        self._parts.clear()
+
+    def descend(self, parts: tuple[str, ...]) -> int | None:
+        """The fd of the directory `parts`, or None when one of its components cannot be opened (what
+        did open is kept)."""
+        if not self._fds:
+            try:
+                self._fds.append(os.open(self._cgroupfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            except OSError:
+                return None
+        held, shared = self._parts, 0
+        while shared < len(held) and shared < len(parts) and held[shared] == parts[shared]:
+            shared += 1
+        while len(held) > shared:
+            held.pop()
+            os.close(self._fds.pop())
+        for part in parts[shared:]:
+            try:
+                fd = os.open(part, _DIR_FLAGS, dir_fd=self._fds[-1])
+            except OSError:
+                return None
+            self._fds.append(fd)
+            held.append(part)
+        return self._fds[-1]
+
+
+def _name_size(name: str) -> int | None:
+    """The size in bytes of a plain file name (one path component as `split_relpath` accepts it); None for
+    anything else."""
+    try:
+        parts = split_relpath(name, "read")
+    except CgroupPathRefused:
+        return None
+    if len(parts) != 1:
+        return None
+    return len(name) if name.isascii() else len(os.fsencode(name))
 
 
 def _is_symlink(dir_fd: int, name: str) -> bool:
@@ -369,8 +400,54 @@ class CgroupFiles(_Walker):
         return self._read(relpath, self._confine("read", relpath, is_file=True))
 
     def read_many(self, relpaths: Iterable[str]) -> tuple[dict[str, str | None], dict[str, bool]]:
-        """Read many files at once: their texts (None when absent) and whether each directory exists."""
-        return self._read_grouped((r, self._confine("read", r, is_file=True)) for r in relpaths)
+        """Read many files at once: their texts (None when absent) and whether each directory exists.
+
+        Each path is confined as `read` confines it, before any file is opened; the first one refused (in
+        the given order) raises what `read` would raise for it."""
+        return self._read_grouped(self._confine_files(relpaths))
+
+    def _confine_files(self, relpaths: Iterable[str]) -> dict[tuple[str, ...], list[tuple[str, str]]]:
+        """The files grouped by their directory's components, each path confined exactly as `_confine`
+        confines a file. A node's tens of thousands of paths lie in a few thousand directories and bear a
+        dozen names: each directory and each name is checked once, and a path only for its total size.
+        Anything the shortcut does not accept goes through `_confine`, which names the path and the reason."""
+        dirs: dict[str, tuple[tuple[str, ...], int] | None] = {}
+        names: dict[str, int | None] = {}
+        groups: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+        for relpath in relpaths:
+            if isinstance(relpath, str):
+                directory, _, name = relpath.rpartition("/")
+                if directory not in dirs:
+                    dirs[directory] = self._owned_dir(directory, dirs)
+                if name not in names:
+                    names[name] = _name_size(name)
+                owned, size = dirs[directory], names[name]
+                if owned is not None and size is not None and owned[1] + 1 + size <= MAX_PATH_BYTES:
+                    groups.setdefault(owned[0], []).append((relpath, name))
+                    continue
+            parts = self._confine("read", relpath, is_file=True)  # the whole check: a refusal names path and reason
+            groups.setdefault(parts[:-1], []).append((relpath, parts[-1]))
+        return groups
+
+    def _owned_dir(
+        self, directory: str, known: Mapping[str, tuple[tuple[str, ...], int] | None]
+    ) -> tuple[tuple[str, ...], int] | None:
+        """The components and size in bytes of a directory beneath an owned root (or the root itself), which
+        may hold the files the agent reads; None for any other. Below a directory already `known` to be
+        owned, only the last component is checked."""
+        parent, _, last = directory.rpartition("/")
+        above = known.get(parent) if parent else None
+        size = _name_size(last) if above is not None else None
+        if above is not None and size is not None:
+            total = above[1] + 1 + size
+            return ((*above[0], last), total) if total <= MAX_PATH_BYTES else None
+        try:
+            parts = split_relpath(directory, "read")
+        except CgroupPathRefused:
+            return None
+        if not any(parts[: len(root)] == root for root in self._roots):
+            return None
+        return parts, len(directory) if directory.isascii() else len(os.fsencode(directory))
 
     def open_files(self, relpaths: Sequence[str]) -> list[int | None]:
         """Read-only descriptors of files, in order (None for a file the kernel does not offer), for a

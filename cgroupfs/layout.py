@@ -55,9 +55,10 @@ class Hierarchy:
     unified_controllers: frozenset[str] = frozenset()
 
     def locate(self, controller: Controller) -> tuple[CgroupVersion, str] | None:
-        if controller.value in self.v1:
-            return CgroupVersion.V1, self.v1[controller.value]
-        if self.unified is not None and controller.value in self.unified_controllers:
+        # a Controller is its name (StrEnum): it finds the str keys without its `.value`, which is slower
+        if controller in self.v1:
+            return CgroupVersion.V1, self.v1[controller]
+        if self.unified is not None and controller in self.unified_controllers:
             return CgroupVersion.V2, self.unified
         return None
 
@@ -90,8 +91,8 @@ class RenderOptions:
     weight_formula: str = "linear"  # "linear" (kubelet, pod and QoS cgroups) or "quadratic" (runc >= 1.3.2)
 
 
-def _join(*parts: str) -> str:
-    return "/".join(p for p in parts if p)
+def _join(mount: str, below: str) -> str:
+    return f"{mount}/{below}" if mount and below else mount or below
 
 
 def cgroup_directory(
@@ -126,17 +127,28 @@ def render(
     out: list[FileSetting] = []
     below = cgroup_dir(name, opts.driver) if subdir is None else subdir
     dirs: dict[str, str] = {}  # mount -> directory: one string shared by the cgroup's files (kept per pod)
-
-    def put(controller: Controller, filename: str, value: str) -> None:
+    for controller, files in (
+        (Controller.CPU, _cpu_files),
+        (Controller.MEMORY, _memory_files),
+        (Controller.HUGETLB, _hugetlb_files),
+    ):
         loc = hierarchy.locate(controller)
         if loc is None:
-            return
+            continue
         version, mount = loc
+        settings = files(version, values, opts)
+        if not settings:
+            continue
         directory = dirs.get(mount)
         if directory is None:
             directory = dirs[mount] = _join(mount, below)
-        out.append(FileSetting(name, controller, version, directory, filename, value))
+        for filename, value in settings:
+            out.append(FileSetting(name, controller, version, directory, filename, value))
+    return tuple(out)
 
+
+def _cpu_files(version: CgroupVersion, values: CgroupValues, opts: RenderOptions) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
     quota, period = values.cpu_quota, values.cpu_period
     if opts.driver is DriverKind.SYSTEMD and (quota or period):
         # systemd keeps CPUQuota in whole percents: compare against what it will really write
@@ -145,46 +157,45 @@ def render(
         adjusted = systemd_cpu_max(quota, period)
         if adjusted is not None:
             quota, period = adjusted
-    cpu = hierarchy.locate(Controller.CPU)
-    if cpu is not None and cpu[0] is CgroupVersion.V1:
+    if version is CgroupVersion.V1:
         if values.cpu_shares is not None:
-            put(Controller.CPU, CPU_SHARES, str(values.cpu_shares))
+            out.append((CPU_SHARES, str(values.cpu_shares)))
         if period is not None:
-            put(Controller.CPU, CPU_PERIOD, str(period))
+            out.append((CPU_PERIOD, str(period)))
         if quota is not None:
-            put(Controller.CPU, CPU_QUOTA, str(quota))
-    elif cpu is not None:
-        if values.cpu_shares is not None:
-            weight = (
-                shares_to_weight_quadratic(values.cpu_shares)
-                if opts.weight_formula == "quadratic"
-                else shares_to_weight_linear(values.cpu_shares)
-            )
-            if weight > 0:  # 0 means "unset" (runc); the kernel refuses it
-                put(Controller.CPU, CPU_WEIGHT, str(weight))
-        if quota is not None or period is not None:
-            put(Controller.CPU, CPU_MAX, render_cpu_max(quota, period))
+            out.append((CPU_QUOTA, str(quota)))
+        return out
+    if values.cpu_shares is not None:
+        weight = (
+            shares_to_weight_quadratic(values.cpu_shares)
+            if opts.weight_formula == "quadratic"
+            else shares_to_weight_linear(values.cpu_shares)
+        )
+        if weight > 0:  # 0 means "unset" (runc); the kernel refuses it
+            out.append((CPU_WEIGHT, str(weight)))
+    if quota is not None or period is not None:
+        out.append((CPU_MAX, render_cpu_max(quota, period)))
+    return out
 
-    mem = hierarchy.locate(Controller.MEMORY)
-    if mem is not None and mem[0] is CgroupVersion.V1:
-        if values.memory_limit is not None:
-            put(Controller.MEMORY, MEMORY_LIMIT, _v1_memory(values.memory_limit))
-        if values.memory_reservation is not None:
-            put(Controller.MEMORY, MEMORY_SOFT, _v1_memory(values.memory_reservation))
-    elif mem is not None:
-        if values.memory_limit is not None:
-            put(Controller.MEMORY, MEMORY_MAX, _v2_memory(values.memory_limit))
-        if values.memory_reservation is not None:
-            put(Controller.MEMORY, MEMORY_LOW, _v2_memory(values.memory_reservation))
 
-    huge = hierarchy.locate(Controller.HUGETLB)
-    if huge is not None:
-        v1 = huge[0] is CgroupVersion.V1
-        suffix = "limit_in_bytes" if v1 else "max"
-        for size, limit in sorted(values.hugetlb.items()):
-            text = _v1_memory(limit) if v1 else _v2_memory(limit)
-            put(Controller.HUGETLB, f"hugetlb.{hugepage_size_name(size)}.{suffix}", text)
-    return tuple(out)
+def _memory_files(version: CgroupVersion, values: CgroupValues, _: RenderOptions) -> list[tuple[str, str]]:
+    v1 = version is CgroupVersion.V1
+    text = _v1_memory if v1 else _v2_memory
+    out: list[tuple[str, str]] = []
+    if values.memory_limit is not None:
+        out.append((MEMORY_LIMIT if v1 else MEMORY_MAX, text(values.memory_limit)))
+    if values.memory_reservation is not None:
+        out.append((MEMORY_SOFT if v1 else MEMORY_LOW, text(values.memory_reservation)))
+    return out
+
+
+def _hugetlb_files(version: CgroupVersion, values: CgroupValues, _: RenderOptions) -> list[tuple[str, str]]:
+    v1 = version is CgroupVersion.V1
+    text = _v1_memory if v1 else _v2_memory
+    suffix = "limit_in_bytes" if v1 else "max"
+    return [
+        (f"hugetlb.{hugepage_size_name(size)}.{suffix}", text(limit)) for size, limit in sorted(values.hugetlb.items())
+    ]
 
 
 def _hugetlb_page(filename: str) -> int | None:

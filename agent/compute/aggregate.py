@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from agent.model import ContainerKind, ContainerView, PodView, Resources
+from agent.model import NO_HUGEPAGES, ContainerKind, ContainerView, PodView, Resources
 
 
 @dataclass(slots=True)
@@ -29,7 +29,7 @@ class Amounts:
     def copy(self) -> Amounts:
         return Amounts(self.cpu_milli, self.memory, dict(self.hugepages))
 
-    def add(self, other: Amounts) -> None:
+    def add(self, other: Amounts | Resources) -> None:
         if other.cpu_milli is not None:
             self.cpu_milli = (self.cpu_milli or 0) + other.cpu_milli
         if other.memory is not None:
@@ -47,7 +47,8 @@ class Amounts:
                 self.hugepages[size] = amount
 
     def freeze(self) -> Resources:
-        return Resources(self.cpu_milli, self.memory, dict(sorted(self.hugepages.items())))
+        hugepages = dict(sorted(self.hugepages.items())) if self.hugepages else NO_HUGEPAGES
+        return Resources(self.cpu_milli, self.memory, hugepages)
 
 
 def is_supported_pod_level(res: Resources | None) -> bool:
@@ -88,7 +89,7 @@ def aggregate(pod: PodView, pick_limits: bool) -> Aggregate:
     """AggregateContainerRequests / AggregateContainerLimits over the spec."""
     result = Amounts()
     for c in pod.containers:
-        result.add(Amounts.of(c.limits if pick_limits else c.requests))
+        result.add(c.limits if pick_limits else c.requests)
     sidecars = Amounts()
     init_max = Amounts()
     phases: list[InitPhase] = []
@@ -116,19 +117,21 @@ def _apply_pod_level(target: Amounts, pod_level: Resources) -> None:
     target.hugepages.update(pod_level.hugepages)
 
 
-def pod_requests(pod: PodView, *, include_overhead: bool = True) -> Resources:
-    """PodRequests: container aggregate, pod-level override, plus overhead."""
-    reqs = Amounts.of(aggregate(pod, pick_limits=False).total)
+def pod_requests(pod: PodView, *, include_overhead: bool = True, containers: Aggregate | None = None) -> Resources:
+    """PodRequests: container aggregate, pod-level override, plus overhead. `containers`: the pod's
+    aggregate of requests when the caller has it already."""
+    reqs = Amounts.of((containers or aggregate(pod, pick_limits=False)).total)
     if pod_level_requests_set(pod) and pod.pod_requests is not None:
         _apply_pod_level(reqs, pod.pod_requests)
     if include_overhead:
-        reqs.add(Amounts.of(pod.overhead))
+        reqs.add(pod.overhead)
     return reqs.freeze()
 
 
-def pod_limits(pod: PodView, *, include_overhead: bool = True) -> Resources:
-    """PodLimits: container aggregate, pod-level override, overhead only on non-zero limits."""
-    limits = Amounts.of(aggregate(pod, pick_limits=True).total)
+def pod_limits(pod: PodView, *, include_overhead: bool = True, containers: Aggregate | None = None) -> Resources:
+    """PodLimits: container aggregate, pod-level override, overhead only on non-zero limits. `containers`:
+    the pod's aggregate of limits when the caller has it already."""
+    limits = Amounts.of((containers or aggregate(pod, pick_limits=True)).total)
     if pod_level_resources_set(pod) and pod.pod_limits is not None:
         _apply_pod_level(limits, pod.pod_limits)
     if include_overhead:
@@ -151,7 +154,7 @@ def _limit_views(pod: PodView) -> Iterable[Resources]:
     sidecars = Amounts()
     for c in pod.init_containers:
         if c.kind is ContainerKind.SIDECAR:
-            sidecars.add(Amounts.of(c.limits))
+            sidecars.add(c.limits)
             yield sidecars.freeze()
         else:
             combined = Amounts.of(c.limits)

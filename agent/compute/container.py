@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from agent.compute.aggregate import pod_level_resources_set
 from agent.compute.config import ComputeConfig
@@ -35,13 +36,22 @@ def compute_container(pod: PodView, c: ContainerView, cfg: ComputeConfig) -> Con
         shares = milli_cpu_to_shares(cpu_request or 0)
     period = cfg.cpu_cfs_quota_period_us
     quota = milli_cpu_to_quota(cpu_limit or 0, period) if cfg.cpu_cfs_quota else 0
-    hugepages = {size: 0 for size in cfg.hugepage_sizes}
-    hugepages.update(c.limits.hugepages)
     values = ContainerValues(
         cpu_shares=shares,
         cpu_quota=quota or UNLIMITED,
         cpu_period=period,
         memory_limit=mem_limit or UNLIMITED,
-        hugepage_limits=tuple(HugepageLimit(s, v) for s, v in sorted(hugepages.items())),
+        hugepage_limits=hugepage_limits(cfg.hugepage_sizes, tuple(c.limits.hugepages.items())),
     )
     return ContainerComputation(c, values, cpu_from_pod, mem_from_pod)
+
+
+@lru_cache(maxsize=256)
+def hugepage_limits(sizes: tuple[int, ...], limits: tuple[tuple[int, int], ...]) -> tuple[HugepageLimit, ...]:
+    """Every page size of the node, limited to 0 where the container sets no limit, in size order.
+
+    Pure and keyed by immutable values: a node's containers share a handful of results (most have no
+    hugepages), so they are made once and shared."""
+    hugepages = dict.fromkeys(sizes, 0)
+    hugepages.update(limits)
+    return tuple(HugepageLimit(s, v) for s, v in sorted(hugepages.items()))

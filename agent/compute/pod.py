@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from agent.compute.aggregate import (
     Aggregate,
@@ -57,10 +58,16 @@ class PodComputation:
 
 def pod_cgroup_name(root: CgroupName, qos: QOSClass, uid: str) -> CgroupName:
     """kubepods/pod<uid> (Guaranteed), kubepods/burstable/pod<uid>, kubepods/besteffort/pod<uid>."""
+    return _qos_cgroup(root, qos).child(f"pod{uid}")
+
+
+@lru_cache(maxsize=16)
+def _qos_cgroup(root: CgroupName, qos: QOSClass) -> CgroupName:
+    """The parent of a QoS class's pods: one (immutable) name for all of them, built and checked once."""
     base = root.child("kubepods")
     if qos is not QOSClass.GUARANTEED:
         base = base.child(qos.value.lower())
-    return base.child(f"pod{uid}")
+    return base
 
 
 def _fmt_mem(b: int) -> str:
@@ -131,8 +138,8 @@ def compute_pod(pod: PodView, cfg: ComputeConfig) -> PodComputation:
             pod.status_qos, f"status.qosClass is {pod.status_qos.value} (the kubelet trusts it)"
         )
     qos = decision.qos
-    reqs = pod_requests(pod)
-    limits = pod_limits(pod)
+    reqs = pod_requests(pod, containers=req_agg)
+    limits = pod_limits(pod, containers=lim_agg)
     cpu_declared, mem_declared = limits_declared(pod)
 
     period = cfg.cpu_cfs_quota_period_us

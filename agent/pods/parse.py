@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any, Final
 
 from agent.compute.aggregate import Amounts, aggregate, is_supported_pod_level
 from agent.errors import PermanentError
 from agent.model import (
     EMPTY,
+    NO_HUGEPAGES,
+    NO_OTHER,
     ContainerKind,
     ContainerStatusView,
     ContainerView,
@@ -33,6 +36,7 @@ from agent.sources.pod_level_annotation import POD_RESOURCES_ANNOTATION
 __all__ = ["POD_RESOURCES_ANNOTATION", "PodParseError", "parse_pod", "pod_key", "resource_list"]
 
 HUGEPAGES_PREFIX: Final = "hugepages-"
+_QOS_CLASSES: Final = {q.value: q for q in QOSClass}
 
 
 class PodParseError(PermanentError, ValueError):
@@ -62,6 +66,23 @@ def resource_list(raw: object, what: str) -> Resources:
         return EMPTY
     if not isinstance(raw, Mapping):
         raise quantity.QuantityError(f"{what} must be a map of resource name to quantity")
+    items = tuple(raw.items())
+    if all(type(k) is str and type(v) is str for k, v in items):  # what a manifest's lists hold, as keys go
+        try:
+            return _known_list(items)
+        except quantity.QuantityError:
+            pass  # parsed again below, for the message to name `what`
+    return _resource_list(raw, what)
+
+
+@lru_cache(maxsize=1024)
+def _known_list(items: tuple[tuple[str, str], ...]) -> Resources:
+    """A node's pods repeat a few dozen resource lists: each is parsed once, and its (immutable) Resources
+    shared. Only lists of strings come here: 1, 1.0 and True would be one key, but not one quantity."""
+    return _resource_list(dict(items), "")
+
+
+def _resource_list(raw: Mapping[Any, Any], what: str) -> Resources:
     cpu = memory = None
     hugepages: dict[int, int] = {}
     other: set[str] = set()
@@ -79,17 +100,21 @@ def resource_list(raw: object, what: str) -> Resources:
         else:
             quantity.parse(value, where)  # still refuse garbage
             other.add(str(name))
-    return Resources(cpu, memory, dict(sorted(hugepages.items())), frozenset(other))
+    return Resources(cpu, memory, _sorted(hugepages), frozenset(other) if other else NO_OTHER)
+
+
+def _sorted(hugepages: Mapping[int, int]) -> Mapping[int, int]:
+    """By page size; most lists have no hugepages and share the one empty value."""
+    return dict(sorted(hugepages.items())) if hugepages else NO_HUGEPAGES
 
 
 def _merge_missing(requests: Resources, limits: Resources) -> Resources:
     """SetDefaults_Pod: a resource with a limit and no request gets request = limit."""
-    hp = dict(limits.hugepages)
-    hp.update(requests.hugepages)
+    hp = {**limits.hugepages, **requests.hugepages}
     return Resources(
         requests.cpu_milli if requests.cpu_milli is not None else limits.cpu_milli,
         requests.memory if requests.memory is not None else limits.memory,
-        dict(sorted(hp.items())),
+        _sorted(hp),
         requests.other | limits.other,
     )
 
@@ -298,7 +323,7 @@ def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCE
     if not isinstance(status, Mapping):
         status = {}
     qos_raw = status.get("qosClass")
-    status_qos = QOSClass(qos_raw) if qos_raw in {q.value for q in QOSClass} else None
+    status_qos = _QOS_CLASSES.get(qos_raw) if isinstance(qos_raw, str) else None
     priority = spec.get("priority", 0)
     generation = meta.get("generation", 0)
     node_name = spec.get("nodeName")

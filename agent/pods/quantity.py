@@ -11,12 +11,14 @@ import importlib.util
 import math
 from collections.abc import Callable
 from decimal import Decimal
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
+from typing import TypeVar
 
 from agent.errors import PermanentError
 
 _Parser = Callable[[object], Decimal]
+_T = TypeVar("_T")
 
 
 @cache
@@ -40,29 +42,57 @@ class QuantityError(PermanentError, ValueError):
     pass
 
 
+class _Refused(PermanentError, ValueError):
+    """Why a value is not an admitted quantity, for `parse` to say of what."""
+
+
 def parse(value: object, what: str) -> Decimal:
     """Parse a quantity (string or number); negative values are refused as the API refuses them."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise QuantityError(f"{what}: {value!r} is not a quantity")
-    try:
-        q = _parser()(value)
-    except (ValueError, ArithmeticError) as err:
-        raise QuantityError(f"{what}: {value!r} is not a valid quantity") from err
-    if not q.is_finite():
-        raise QuantityError(f"{what}: {value!r} is not a finite quantity")
-    if q < 0:
-        raise QuantityError(f"{what}: {value!r} must not be negative")
-    return q
+    return _checked(value, what, _admitted)
 
 
 def to_milli(value: object, what: str) -> int:
     """Millicores, rounded up as the API server rounds (SetDefaults_ResourceList)."""
-    return math.ceil(parse(value, what) * 1000)
+    return _checked(value, what, _milli)
 
 
 def to_int(value: object, what: str) -> int:
     """Whole units (bytes), rounded up as Quantity.Value() does."""
-    return math.ceil(parse(value, what))
+    return _checked(value, what, _whole)
+
+
+def _checked(value: object, what: str, convert: Callable[[str | int | float], _T]) -> _T:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise QuantityError(f"{what}: {value!r} is not a quantity")
+    try:
+        return convert(value)
+    except _Refused as err:
+        raise QuantityError(f"{what}: {value!r} {err}") from err.__cause__
+
+
+# A node's manifests repeat a few dozen quantities thousands of times: each is parsed once. The results are
+# immutable; `typed` keeps 1, 1.0 and "1" apart, as the parser does.
+@lru_cache(maxsize=1024, typed=True)
+def _admitted(value: str | int | float) -> Decimal:
+    try:
+        q = _parser()(value)
+    except (ValueError, ArithmeticError) as err:
+        raise _Refused("is not a valid quantity") from err
+    if not q.is_finite():
+        raise _Refused("is not a finite quantity")
+    if q < 0:
+        raise _Refused("must not be negative")
+    return q
+
+
+@lru_cache(maxsize=1024, typed=True)
+def _milli(value: str | int | float) -> int:
+    return math.ceil(_admitted(value) * 1000)
+
+
+@lru_cache(maxsize=1024, typed=True)
+def _whole(value: str | int | float) -> int:
+    return math.ceil(_admitted(value))
 
 
 def parse_any(value: object) -> Decimal:

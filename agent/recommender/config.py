@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from agent.durations import parse_duration_us
-from agent.recommender.histogram import ExponentialOptions
+
+if TYPE_CHECKING:  # the histograms are loaded by what samples or recommends, not by every command's settings
+    from agent.recommender.histogram import ExponentialOptions
 
 MIN_SAMPLE_WEIGHT: Final = 0.1  # model/aggregations_config.go minSampleWeight
 EPSILON: Final = 0.001 * MIN_SAMPLE_WEIGHT  # aggregations_config.go epsilon
@@ -52,10 +54,14 @@ class RecommenderSettings:
 
     @property
     def cpu_options(self) -> ExponentialOptions:
+        from agent.recommender.histogram import ExponentialOptions
+
         return ExponentialOptions(CPU_MAX, CPU_FIRST_BUCKET, 1 + BUCKET_GROWTH, EPSILON)
 
     @property
     def memory_options(self) -> ExponentialOptions:
+        from agent.recommender.histogram import ExponentialOptions
+
         return ExponentialOptions(MEMORY_MAX, MEMORY_FIRST_BUCKET, 1 + BUCKET_GROWTH, EPSILON)
 
     @property

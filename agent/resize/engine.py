@@ -417,7 +417,7 @@ class ResizeEngine:
         )
         if self.to_read is not None:
             wanted = tuple(self.to_read(wanted, comp))
-        paths, _ = paths_to_read(wanted)
+        paths = paths_to_read(wanted)
         texts, dirs = reader.read_many(paths)
         node, waiting = not_yet_created(diff(comp, wanted, Observation(texts, dirs)))
         if self.owned is not None:

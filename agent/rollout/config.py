@@ -11,10 +11,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.configsection import as_bool, as_seconds, parse_section
-from agent.rollout.eligibility import Options
+
+if TYPE_CHECKING:
+    from agent.rollout.eligibility import Options
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +28,8 @@ class RolloutSettings:
     allow_without_admission_policy: bool = False
 
     def options(self) -> Options:
+        from agent.rollout.eligibility import Options  # loaded by the rollout, not by the settings
+
         return Options(self.metadata_in_place, self.resources_in_place)
 
 

@@ -15,10 +15,13 @@ watch of the node, stops every new VPA-driven change there; nothing already appl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from agent.configsection import as_bool, as_seconds, parse_section
-from agent.vpa.policy import MIN_CHANGE, POD_LIFETIME_S, Options
+from agent.vpa.defaults import MIN_CHANGE, POD_LIFETIME_S
+
+if TYPE_CHECKING:
+    from agent.vpa.policy import Options
 
 PANIC_LABEL: Final = "kube-cgroup-agent.io/vpa"  # value "off" on the node
 
@@ -33,6 +36,8 @@ class VPASettings:
     usage_margin: float = 0.1
 
     def options(self) -> Options:
+        from agent.vpa.policy import Options  # the policy is loaded by what acts on VPAs, not by the settings
+
         return Options(
             self.actuate_all, self.treat_recreate_as_in_place, self.pod_lifetime_s, self.min_change, self.usage_margin
         )

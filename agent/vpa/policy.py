@@ -25,11 +25,10 @@ from typing import Final
 
 from agent.compute.qos import compute_qos
 from agent.model import ContainerView, PodView, Resources
+from agent.vpa.defaults import MIN_CHANGE, POD_LIFETIME_S
 from agent.vpa.model import VPA, ContainerPolicy, ControlledValues, Recommendation, UpdateMode
 
 INT64_MAX: Final = 2**63 - 1
-MIN_CHANGE: Final = 0.1  # --min-change-priority / DefaultUpdateThreshold (updater config.go)
-POD_LIFETIME_S: Final = 12 * 3600.0  # --pod-lifetime-update-threshold / PodLifetimeUpdateThreshold
 IN_PLACE_MODES: Final = frozenset({UpdateMode.IN_PLACE, UpdateMode.IN_PLACE_OR_RECREATE})
 RECREATE_MODES: Final = frozenset({UpdateMode.RECREATE, UpdateMode.AUTO})
 SAME: Final = "the recommendation is what the pod has"

@@ -4,6 +4,7 @@ and nothing but a CgroupError comes back."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import HealthCheck, example, given, settings
@@ -136,3 +137,39 @@ def test_the_symlinks_under_the_owned_root_really_point_outside(tmp_path: Path) 
     assert (tree.path(OWNED) / "evil" / "target").read_text() == "precious\n"
     assert (tree.path(OWNED) / "evilfile").read_text() == "precious\n"
     assert (tree.path(OWNED) / "up" / "memory").is_dir()
+
+
+def _outcome(call: Callable[[], object]) -> object:
+    try:
+        return call()
+    except CgroupError as err:
+        return type(err), str(err)
+
+
+def test_read_many_confines_every_path_as_read_does(tmp_path: Path) -> None:
+    """read_many checks a directory and a file name once for all the paths that share them: whatever the
+    paths, it answers what read() answers for each, or refuses with what read() says of one of them."""
+    tree = _build(tmp_path)
+    tree.set(f"{OWNED}/burstable/cpu.shares", "2")
+    files = CgroupFiles(tree.root, (OWNED,))
+    good = [f"{OWNED}/burstable/cpu.shares", f"{OWNED}/burstable/pod1/cpu.shares", f"{OWNED}/cpu.shares"]
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(paths=st.lists(st.one_of(relpaths(), st.sampled_from(good)), max_size=5))
+    @example(paths=[f"{OWNED}/burstable/cpu.shares", f"{OWNED}/burstable//cpu.shares"])
+    @example(paths=[f"{OWNED}/burstable/cpu.shares", f"{OWNED}/burstable/" + "x" * 256])
+    @example(paths=[f"{OWNED}/" + "/".join(["y" * 250] * 16) + "/cpu.shares"])
+    @example(paths=[f"{OWNED}/" + "/".join(["é" * 100] * 19) + "/" + "é" * 45])
+    @example(paths=[OWNED, f"{OWNED}/evil/cpu.shares"])
+    @example(paths=[f"{OWNED}/evil/evil"])  # the error names the file, not its directory
+    @example(paths=[f"{OWNED}/burstable/cpu.shares", f"{OWNED}/burstable/../cpu.shares"])
+    @example(paths=[f"{OWNED}/burstable/cpu.shares", f"{OWNED}/burstable/pod1\n/cpu.shares"])
+    def attempt(paths: list[str]) -> None:
+        each = {p: _outcome(lambda p=p: files.read(p)) for p in paths}
+        many = _outcome(lambda: files.read_many(paths)[0])
+        if isinstance(many, dict):
+            assert many == each
+        else:
+            assert many in each.values()
+
+    attempt()

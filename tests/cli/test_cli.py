@@ -266,6 +266,68 @@ def test_a_local_command_imports_only_what_it_uses(argv: list[str]) -> None:
     assert "HEAVY []" in r.stderr, r.stderr
 
 
+# What `diff` over JSON manifests and flags does not use: YAML (no YAML to read), the planner (it stops at the
+# diff), VPA, the recommender's histograms, the rollout and the resize engine (their settings sections load
+# without them).
+NOT_FOR_DIFF = ("yaml", "agent.plan", "agent.vpa.policy", "agent.vpa.model", "agent.vpa.source", "agent.vpainputs",
+                "agent.ownership", "agent.recommender.histogram", "agent.rollout.eligibility", "agent.resize")
+
+
+def test_diff_over_json_manifests_loads_neither_yaml_nor_the_planner(tmp_path: Path) -> None:
+    import yaml
+
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps([d for d in yaml.safe_load_all((SAMPLE / "pods.yaml").read_text()) if d]))
+    code = (
+        "import sys; from agent.cli import main\n"
+        "rc = main(sys.argv[1:])\n"
+        f"unused = {NOT_FOR_DIFF!r}\n"
+        "bad = sorted(m for m in sys.modules if any(m == u or m.startswith(u + '.') for u in unused))\n"
+        "print('RC', rc, 'LOADED', bad, file=sys.stderr)"
+    )
+    argv = ["diff", "--pods", str(pods), "--cgroupfs", str(SAMPLE / "cgroupfs"), "--allocatable",
+            "cpu=3900m,memory=15872Mi,hugepages-2Mi=256Mi", "--qos-reserved", "memory=50%",
+            "--hugepage-sizes", "2Mi,1Gi", "-o", "json"]
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert "RC 1 " in r.stderr, r.stderr  # the sample node has differences
+    assert "LOADED []" in r.stderr, r.stderr
+    assert json.loads(r.stdout)["errors"] == []
+
+
+@pytest.mark.parametrize(("argv", "collects"), [(["diff", "--config", CONFIG], False), (["version"], True)])
+def test_a_one_pass_command_line_leaves_the_cyclic_collector_off(argv: list[str], collects: bool) -> None:
+    """Off for the process of a one-pass command line; a call from code keeps the caller's collector."""
+    code = (
+        "import gc, sys; from agent.cli import main\n"
+        "main(sys.argv[1:])\nin_code = gc.isenabled()\n"
+        "sys.argv = ['kube-cgroup-agent', *sys.argv[1:]]\nmain()\n"
+        "print('IN-CODE', in_code, 'COMMAND-LINE', gc.isenabled(), file=sys.stderr)"
+    )
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert f"IN-CODE True COMMAND-LINE {collects}" in r.stderr, r.stderr
+
+
+LINES = [
+    ["version"],
+    ["diff", "--pods", "p.yaml", "--all", "-o", "json", "--cgroupfs", "/x", "--qos-reserved", "memory=50%"],
+    ["plan", "--config", "c.yaml", "--vpa", "v.yaml"],
+    ["explain", "shop/api", "--node", "n1"],
+    ["apply", "--create-qos-cgroups", "-o", "json"],
+    ["check", "--cgroup-version", "2"],
+    ["recommend", "--samples", "-", "--now", "12.5"],
+    ["rollout", "status", "statefulset/web", "-n", "shop"],
+    ["run", "--observe-only", "--log-level", "debug"],
+]
+
+
+@pytest.mark.parametrize("line", LINES, ids=[line[0] for line in LINES])
+def test_the_parser_of_one_command_reads_its_lines_as_the_whole_parser(line: list[str]) -> None:
+    from agent.cli import _COMMAND_ARGS, parser
+
+    assert set(_COMMAND_ARGS) == {line[0] for line in LINES}
+    assert parser(line[0]).parse_args(line) == parser().parse_args(line)
+
+
 def test_the_version_command_reads_the_installed_version() -> None:
     r = run_cli("version")
     assert r.returncode == 0, r.stderr
