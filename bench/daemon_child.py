@@ -258,14 +258,17 @@ class Timed:
 
 
 class PushSource:
-    """The node's pods as one list, then one pod update per stdin line (like watch events)."""
+    """The node's pods as one list, then one pod update per stdin line (like watch events). The list is
+    let go once handed over, as the API watch lets go of its list: the daemon's RSS is the daemon's."""
 
     def __init__(self, pods: list[Mapping[str, Any]], timed: Timed) -> None:
         self.pods = pods
         self.timed = timed
 
     def run(self, sink: PodSink, stop: threading.Event) -> None:
-        sink.snapshot(self.pods)
+        pods, self.pods = self.pods, []
+        sink.snapshot(pods)
+        del pods
         for line in sys.stdin:
             if not line.strip():
                 break
@@ -313,11 +316,10 @@ def main(argv: list[str]) -> int:
     timed = Timed(reconciler, watched.read if watched is not None else None)
     if watched is not None:
         watched.on_write = timed.wrote
-    pods = json.loads(pods_file.read_text())["items"]
     metrics = Metrics()
     daemon = Daemon(
         timed,
-        PushSource(pods, timed),
+        PushSource(json.loads(pods_file.read_text())["items"], timed),
         LogStatusReporter(),
         metrics,
         node=None,

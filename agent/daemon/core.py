@@ -28,6 +28,7 @@ from agent.daemon import heap
 from agent.daemon.reconciler import Outcome, Reconciler, Report
 from agent.errors import PermanentError
 from agent.kube.status import PodRef, StatusReporter
+from agent.kube.trim import without_managed_fields
 from agent.kube.watch import PodSink, pod_identity
 from agent.logging import get_logger
 from agent.metrics import Metrics
@@ -154,6 +155,8 @@ class Daemon:
         self.queue.add(TIERS)
 
     def _ingest(self, raw: Mapping[str, Any]) -> str | None:
+        if self.keep_raw:
+            raw = without_managed_fields(raw)  # kept for the pod's life: what re-deriving it reads
         uid, key = pod_identity(raw)
         namespace, _, name = key.partition("/")
         ref = PodRef(namespace, name, uid)

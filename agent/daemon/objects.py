@@ -7,17 +7,24 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agent.kube.trim import without_managed_fields
 from agent.kube.watch import Watcher
 from agent.metrics import Metrics
 
 
 class ObjectCache:
     """A watch sink keeping the latest object of each (namespace, name) and calling `changed` after each
-    update (a relist replaces the whole set)."""
+    update (a relist replaces the whole set). `keep` is what is kept of each object (agent.kube.trim):
+    by default all but its managedFields."""
 
-    def __init__(self, changed: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        changed: Callable[[], None],
+        keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = without_managed_fields,
+    ) -> None:
         self.items: dict[tuple[str, str], Mapping[str, Any]] = {}
         self.changed = changed
+        self.keep = keep
         self.lock = threading.Lock()
 
     @staticmethod
@@ -27,12 +34,12 @@ class ObjectCache:
 
     def snapshot(self, objs: list[Mapping[str, Any]]) -> None:
         with self.lock:
-            self.items = {self._key(o): o for o in objs}
+            self.items = {self._key(o): self.keep(o) for o in objs}
         self.changed()
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         with self.lock:
-            self.items[self._key(obj)] = obj
+            self.items[self._key(obj)] = self.keep(obj)
         self.changed()
 
     def removed(self, uid: str, key: str) -> None:

@@ -33,6 +33,7 @@ from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
 from agent.kube.errors import APIConflict, APIError, APINotFound, wrap
 from agent.kube.status import STRATEGIC_MERGE, PodRef, now_rfc3339
+from agent.kube.trim import without_managed_fields
 from agent.lease import acquire, release
 from agent.logging import get_logger
 from agent.pods.parse import controller_owner
@@ -52,6 +53,7 @@ from agent.rollout.steps import (
     runs,
 )
 from agent.rollout.workload import (
+    POLICY,
     READY_GATE,
     REVISION_LABEL,
     STATUS,
@@ -67,6 +69,17 @@ from agent.rollout.workload import (
 )
 
 log = get_logger("agent.daemon.rollout")
+
+
+def kept_workload(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What is kept of a StatefulSet or DaemonSet between watch events: the object (less its
+    managedFields) when it opts in; its name alone when not (`parse_workload` reads nothing else of it
+    then, and the watch sends it whole again when it opts in)."""
+    meta = raw.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    if POLICY in (meta.get("annotations") or {}):
+        return without_managed_fields(raw)
+    return {"metadata": {k: meta[k] for k in ("namespace", "name") if k in meta}}
 
 TICK_S: Final = 1.0
 LEASE_S: Final = 30
@@ -107,8 +120,8 @@ class RolloutComponent:
         self.apps = client.AppsV1Api(ctx.api)
         self.core = client.CoreV1Api(ctx.api)
         self.wake = threading.Event()
-        self.statefulsets = ObjectCache(self.wake.set)
-        self.daemonsets = ObjectCache(self.wake.set)
+        self.statefulsets = ObjectCache(self.wake.set, keep=kept_workload)
+        self.daemonsets = ObjectCache(self.wake.set, keep=kept_workload)
         self.flights: dict[str, Flight] = {}  # pod uid -> its update
         self.revisions: dict[tuple[str, str], Mapping[str, Any]] = {}  # (ns, name) -> ControllerRevision (immutable)
         self.ds_update: dict[tuple[str, int], str] = {}  # (DaemonSet uid, generation) -> update revision name

@@ -22,6 +22,7 @@ from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
 from agent.kube.errors import APIError, APIForbidden, APINotFound, wrap
 from agent.kube.status import STRATEGIC_MERGE
+from agent.kube.trim import owner_link
 from agent.logging import get_logger
 from agent.ownership import Thing
 from agent.resize.types import ResizeState, ResizeStatus
@@ -58,7 +59,7 @@ class VPAComponent:
         self.apps = client.AppsV1Api(ctx.api)
         self.core = client.CoreV1Api(ctx.api)
         self.vpas = ObjectCache(self._vpas_changed)
-        self.replicasets = ObjectCache(self._owners_changed)
+        self.replicasets = ObjectCache(self._owners_changed, keep=owner_link)  # read for owner chains only
         self.nodes = ObjectCache(self._node_changed)
         self._reported: set[tuple[str, str]] = set()  # (VPA, problem) already logged
         self._annotation_forbidden = False

@@ -98,3 +98,24 @@ def test_without_components_the_daemon_keeps_views_not_the_pods_objects() -> Non
         d.refresh(None)
     with pytest.raises(RawsNotKept, match="raws"):
         d.raws()
+
+
+def test_the_pods_objects_are_kept_without_their_managed_fields() -> None:
+    """The kept object is what re-deriving the pod reads: everything the API sent but its managedFields
+    (often the larger part of a pod), so a refresh derives the same view."""
+    rec = Recommendation()
+    d = Daemon(cast(Any, None), cast(Any, None), cast(Any, None), Metrics(), node="n1", resync_period_s=60,
+               sources=(*DEFAULT_SOURCES, rec))
+    raw = _raw("u-1")
+    raw["metadata"]["managedFields"] = [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+    d.upsert(raw)
+    (kept,) = d.raws()
+    assert "managedFields" not in kept["metadata"]
+    assert {k: v for k, v in kept.items() if k != "metadata"} == {k: v for k, v in raw.items() if k != "metadata"}
+    assert kept["metadata"] == {"name": "p-u-1", "namespace": "ns", "uid": "u-1"}
+    assert "managedFields" in raw["metadata"]  # the source's object is left as it was
+    _drain(d)
+    rec.cpu = "300m"
+    d.refresh(["u-1"])
+    assert set(_drain(d)) == {"u-1", TIERS}
+    assert d.views()[0].containers[0].requests.cpu_milli == 300
