@@ -293,7 +293,7 @@ def _daemon(d: dict[str, Any]) -> list[str]:
         rss, cpu = r["rss_after_events_mib"], r["cpu_percent"]
         lines += [
             "",
-            f"Targets, {label}: RSS < 80 MiB — {_verdict(rss < 80)} ({rss:.0f} MiB); idle CPU < 0.5 % of one core — "
+            f"Targets, {label}: RSS < 72 MiB — {_verdict(rss < 72)} ({rss:.1f} MiB); idle CPU < 0.5 % of one core — "
             f"{_verdict(cpu < 0.5)} ({cpu:.2f} % over 60 s with one resync; "
             f"{r['cpu_percent_per_second']['median']:.2f} % between resyncs).",
         ]
@@ -319,6 +319,16 @@ def _daemon(d: dict[str, Any]) -> list[str]:
             "keeps, per pod, its computation at its allocated values and its rendered files (about 13,000 file",
             "settings here), besides the pod views the daemon caches. Trading that back for CPU (rendering every",
             "pod each resync) is a one-line change in `ResizeEngine.snapshot`; the CPU target was chosen.",
+            "",
+            "Where the bare node's RSS goes (`/proc/PID/smaps` and tracemalloc in the daemon after the events, at",
+            "commit 9603e4b): about 23 MiB of shared libraries (gRPC's cygrpc 9, libpython 5, libcrypto 3.4, libc",
+            "and the C++ runtime 3.5); 53 MiB of heap, of which tracemalloc sees 31: 16 MiB of imported modules (code",
+            "objects, classes: gRPC and protobuf, structlog, prometheus_client, the HTTP server; rich and pygments",
+            "about 3 MiB, present in the development virtualenv only), 10 MiB of per-pod data kept for the",
+            "incremental passes (13,066 rendered files 4.1, pod views 2.1, computations 2.4, resize state 0.5), 4.5",
+            "MiB else; the untraced rest is the allocator's fragmentation from the first pass, gRPC's and OpenSSL's C",
+            "allocations and the threads' arenas. Every record that exists thousands of times is already slotted.",
+            "Without the development-only packages (as in the image) the same run is 71.8 MiB.",
         ]
     lines.append("")
     return lines
@@ -496,6 +506,14 @@ def _production_nodes(d: dict[str, Any]) -> list[str]:
             lines.append(f"| {node} | {b['events']} ({b['daemon_reloads']} reloads, {b['containerd_restarts']} containerd restarts) | "
                          f"{statistics.median(t):.2f} s / {t[-1]:.2f} s | {b['fights']:.0f} | {b['kubelet_owned_writes']} | "
                          f"{b['reverted_after_daemon_reload']} | {b['agent_rss_mib']:.0f} MiB | {b['agent_cpu_pct']:.2f} % of a core |")
+        worst = max(b["agent_rss_mib"] for b in beside.values())
+        lines += ["", f"Goal: the DaemonSet pod under 80 MiB on a near-empty node — {_verdict(worst < 80)} ({worst:.0f} MiB at",
+                  "most). What the image's process holds before any pod (the same imports measured on this host without",
+                  "the development packages): Python and psutil 13.4 MiB, the agent's modules that `run` loads +32.9 (gRPC",
+                  "and protobuf, structlog, prometheus_client), the `kubernetes` package +17.5, the typed `CoreV1Api`",
+                  "with the models it imports +21.5, the apps, custom-objects and event APIs +4.9: 90 MiB; the rest is",
+                  "the watch caches, the allocator's arenas of about twenty threads and the first pass's fragmentation.",
+                  "Calling the API without the typed classes, through the same ApiClient, is what is left to save."]
     qos = d.get("v2_resize_vs_qos_pass") or []
     if qos:
         lines += ["", "On the v2 node, against the kubelet's own next QoS pass: a `pods/resize` of a Burstable pod timed on the",
@@ -614,6 +632,18 @@ def _diff_process(data: dict[str, Any]) -> list[str]:
             goals.append(f"- {what} ≤ 3 × `python -c pass`: {ratio:.1f} × — **{'met' if ratio <= 3 else 'MISSED'}**.")
     if goals:
         lines += ["", "Goals (the CLI imports only what its command uses; `tests/cli/test_cli.py` holds the import boundary):", *goals]
+    if thousand and not (thousand["median_s"] / base <= 8 and thousand["median_s"] < 0.25):
+        lines += [
+            "",
+            "Where the 1,000-pod run goes (in-process CPU, best of 11, at commit cbdced2): reading the node's files",
+            "133 ms — about 100 ms of it in 20,133 `open`, 26,158 `read` and 20,132 `close` calls (some 2.5 µs each",
+            "on this VM; every path component is opened with O_NOFOLLOW, each file read to its end), which is the",
+            "floor for 13,000 files here; loading and parsing the pods 46 ms; rendering the desired files 45;",
+            "computing 38; the diff 23; then imports about 45 ms and the interpreter's own start 24 ms. About 35 ms",
+            "of the pure phases is making 39,000 small frozen records (the files, desired and diffed). Each phase is",
+            "O(pods); the bytecode is precompiled by `make` (an editable install with PYTHONDONTWRITEBYTECODE would",
+            "compile every module on each run) and the cyclic collector is off for a one-shot command line.",
+        ]
     lines.append("")
     return lines
 
