@@ -663,7 +663,7 @@ def _resize_latency(d: dict[str, Any]) -> list[str]:
         "",
         f"Measured {d.get('date', '?')} on `{d.get('machine', '?')}`; command: `make e2e-k8s`"
         " (tests/e2e/test_resize_latency_vs_kubelet.py, run by tests/e2e_k8s/run.sh while the cluster is up).",
-        "The same `pods/resize` calls (a Guaranteed pod's CPU 500m -> 1 and back, "
+        f"The same `pods/resize` calls (a Guaranteed pod's CPU {' -> '.join(d.get('cpus', ['?', '?']))} and back, "
         f"{d['rounds']} rounds, interleaved) on two pods: one on `realk8s-node`, resized by the real v1.36 kubelet;",
         "one on a node with no kubelet that resizes (a Node object at v1.32; its container in `make e2e`'s private",
         "containerd under the pod's API UID), resized by `kube-cgroup-agent run` (a host process). Timed from just",
