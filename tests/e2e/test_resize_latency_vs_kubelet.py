@@ -210,6 +210,8 @@ def test_a_pods_resize_reaches_the_container_cgroup_as_fast_through_the_agent_as
     try:
         wait_for(lambda: kernel.read("cpu", runtime_pod.cgroup_parent, "cpu.cfs_quota_us") == QUOTA[CPUS[0]],
                  "the agent's first pass (the pod cgroup's quota)", 60)
+        daemon.ready()  # started, as the kubelet is: its start-up work (first passes, lists, the heap) is done
+        time.sleep(1.0)
         for name in ("agent-side", "kubelet-side"):  # this client's own first calls, not timed: a dry run
             core.patch_namespaced_pod_resize(name, NS, {"spec": {"containers": [_container(CPUS[1])]}}, dry_run="All",
                                              _content_type="application/strategic-merge-patch+json")
