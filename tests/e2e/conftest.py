@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 
 from agent.cri.client import CRIClient
 from agent.cri.v1 import api_pb2 as pb
@@ -279,3 +280,24 @@ def pods(e2e_env: E2EEnv, runtime: pb_grpc.RuntimeServiceStub, kernel: Kernel) -
     yield runner
     problems = runner.remove_all()
     assert not problems, f"pod cleanup failed: {problems}"
+
+
+def api_daemon_config(env: E2EEnv, tmp_path: Path, kubeconfig: str, node: str) -> Path:
+    """`kube-cgroup-agent run`'s config for a node whose pods come from an API server and whose containers
+    run in this run's containerd: written to tmp_path/config.yaml, its state and log beside it."""
+    config = {
+        "cgroupfs": "/sys/fs/cgroup",
+        "cgroupRoot": env.cgroup_root,
+        "criEndpoint": env.endpoint,
+        "kubeconfig": kubeconfig,
+        "nodeName": node,
+        "hugepageSizes": [],
+        "createQOSCgroups": True,
+        "stateDir": str(tmp_path / "state"),
+        "metricsBindAddress": "127.0.0.1:0",
+        "healthBindAddress": "127.0.0.1:0",
+        "logFormat": "json",
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path

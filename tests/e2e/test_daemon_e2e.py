@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from agent.compute import ComputeConfig, compute_pod
 from agent.pods.parse import parse_pod
 from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
 from tests.daemon.harness import NODE, Daemon, node_object, wait_for
-from tests.e2e.conftest import E2EEnv, Kernel, Pod, PodRunner, resources
+from tests.e2e.conftest import E2EEnv, Kernel, Pod, PodRunner, api_daemon_config, resources
 
 pytestmark = pytest.mark.e2e
 
@@ -71,21 +70,8 @@ def test_a_resize_through_the_api_changes_the_real_container_cgroups(
     try:
         cluster.apply(_api_pod(pod, "500m", "128Mi"))
         (tmp_path / "kubeconfig").write_text(api.kubeconfig())
-        config = {
-            "cgroupfs": "/sys/fs/cgroup",
-            "cgroupRoot": e2e_env.cgroup_root,
-            "criEndpoint": e2e_env.endpoint,
-            "kubeconfig": str(tmp_path / "kubeconfig"),
-            "nodeName": NODE,
-            "hugepageSizes": [],
-            "createQOSCgroups": True,
-            "stateDir": str(tmp_path / "state"),
-            "metricsBindAddress": "127.0.0.1:0",
-            "healthBindAddress": "127.0.0.1:0",
-            "logFormat": "json",
-        }
-        (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-        daemon = Daemon(tmp_path / "config.yaml", tmp_path / "daemon.log").start()
+        config = api_daemon_config(e2e_env, tmp_path, str(tmp_path / "kubeconfig"), NODE)
+        daemon = Daemon(config, tmp_path / "daemon.log").start()
         # the pod cgroup gets the kubelet's values (runc made it without any)
         try:
             wait_for(

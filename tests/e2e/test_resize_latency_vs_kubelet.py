@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from bench import provenance
 from tests.daemon.harness import Daemon, wait_for
-from tests.e2e.conftest import E2EEnv, Kernel, PodRunner, resources
+from tests.e2e.conftest import E2EEnv, Kernel, PodRunner, api_daemon_config, resources
 
 NEEDS = not (os.environ.get("KCG_CLUSTER") and os.environ.get("KUBECONFIG"))
 pytestmark = [
@@ -191,21 +190,8 @@ def test_a_pods_resize_reaches_the_container_cgroup_as_fast_through_the_agent_as
     runtime_pod = pods.run({"c": resources(period=100000, quota=10000, shares=102, memory=32 << 20)},
                            qos="guaranteed", name="agent-side", uid=uid)
     core.patch_namespaced_pod_status("agent-side", NS, _running_status(runtime_pod.containers["c"], e2e_env.image))
-    config = {
-        "cgroupfs": "/sys/fs/cgroup",
-        "cgroupRoot": e2e_env.cgroup_root,
-        "criEndpoint": e2e_env.endpoint,
-        "kubeconfig": os.environ["KUBECONFIG"],
-        "nodeName": BARE,
-        "hugepageSizes": [],
-        "createQOSCgroups": True,
-        "stateDir": str(tmp_path / "state"),
-        "metricsBindAddress": "127.0.0.1:0",
-        "healthBindAddress": "127.0.0.1:0",
-        "logFormat": "json",
-    }
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    daemon = Daemon(tmp_path / "config.yaml", tmp_path / "daemon.log").start()
+    config = api_daemon_config(e2e_env, tmp_path, os.environ["KUBECONFIG"], BARE)
+    daemon = Daemon(config, tmp_path / "daemon.log").start()
     agent_file = kernel.dir("cpu", runtime_pod.container_cgroup("c")) / "cpu.cfs_quota_us"
     try:
         wait_for(lambda: kernel.read("cpu", runtime_pod.cgroup_parent, "cpu.cfs_quota_us") == QUOTA[CPUS[0]],
