@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-SAMPLE := agent/samples/node
+SAMPLE := agent/commands/samples/node
 
 .PHONY: venv bytecode run test lint unit e2e e2e-v2 e2e-k8s reliability bench clean image
 

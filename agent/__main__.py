@@ -1,5 +1,5 @@
 """`python -m agent`."""
 
-from agent.cli import entrypoint
+from agent.commands.main import entrypoint
 
 entrypoint()

@@ -29,9 +29,9 @@ from typing import IO, Any
 
 import psutil
 
-from agent.compute import compute_node
+from agent.core.compute import compute_node
+from agent.core.diff import Owner, desired_files
 from agent.cri.v1 import api_pb2 as pb
-from agent.diff import Owner, desired_files
 from agent.pods.parse import parse_pod
 from bench.gen import HIERARCHY, make_node
 from bench.memtree import allocatable_for

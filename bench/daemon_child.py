@@ -31,17 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from agent import pipeline
+from agent.config.settings import from_mapping
+from agent.core.model import PodUID, PodView
+from agent.core.ownership import resolve
 from agent.daemon import select_reconciler
 from agent.daemon.core import Daemon
 from agent.daemon.reconciler import Outcome, Reconciler, Report, StopRequested
+from agent.infra.logging import configure
+from agent.infra.metrics import Endpoints, Metrics, Probe
 from agent.kube.status import LogStatusReporter
 from agent.kube.watch import PodSink
-from agent.logging import configure
-from agent.metrics import Endpoints, Metrics, Probe
-from agent.model import PodUID, PodView
-from agent.ownership import resolve
 from agent.resize.types import ResizeStatus
-from agent.settings import from_mapping
 from cgroupfs.convert import page_round
 from cgroupfs.files import CgroupFiles
 

@@ -9,10 +9,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from agent.compute import compute_node
-from agent.diff import desired_files
+from agent.config.settings import Settings, from_mapping
+from agent.core.compute import compute_node
+from agent.core.diff import desired_files
 from agent.pods.load import parse_text
-from agent.settings import Settings, from_mapping
 from cgroupfs.layout import Hierarchy, RenderOptions
 
 HIERARCHY = Hierarchy(v1={"cpu": "cpu", "memory": "memory"}, unified="unified", unified_controllers=frozenset({"hugetlb"}))

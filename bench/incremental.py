@@ -29,11 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.core.model import PodView
+from agent.core.ownership import resolve
 from agent.daemon import heap, select_reconciler
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.daemon.reconciler import Outcome
-from agent.model import PodView
-from agent.ownership import resolve
 from agent.pods.parse import parse_pod
 from bench.memtree import MemCheckpoints, MemFiles, MemNode, MemRuntime, mem_node
 from bench.stats import over_runs, summary

@@ -15,14 +15,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
-from agent.compute import ComputeConfig, compute_node, compute_pod
-from agent.diff import Owner, desired_files
-from agent.model import UNLIMITED, ContainerID, ContainerValues, PodUID, PodView
+from agent.config.settings import Settings, parse_allocatable
+from agent.core.compute import ComputeConfig, compute_node, compute_pod
+from agent.core.diff import Owner, desired_files
+from agent.core.model import UNLIMITED, ContainerID, ContainerValues, PodUID, PodView
 from agent.pipeline import Environment
 from agent.pods.parse import parse_pod
 from agent.resize.state import PodRecord
 from agent.resize.store import Loaded, PodStore
-from agent.settings import Settings, parse_allocatable
 from bench.gen import HIERARCHY, make_pod, settings_for
 from cgroupfs import layout
 from cgroupfs.convert import V1_UNLIMITED_READBACK

@@ -31,13 +31,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agent.compute import PodComputation, compute_pod
-from agent.compute.config import ComputeConfig
-from agent.compute.tiers import compute_tiers
-from agent.model import TierKind
+from agent.config.settings import from_mapping
+from agent.core.compute import PodComputation, compute_pod
+from agent.core.compute.config import ComputeConfig
+from agent.core.compute.tiers import compute_tiers
+from agent.core.model import TierKind
 from agent.pods.parse import parse_pod
 from agent.pods.quantity import to_int
-from agent.settings import from_mapping
 from bench.daemon import N_PODS, READY_TIMEOUT_S, Child, FakeNode, fake_node, spawn, stop_child, wait_ready
 from bench.daemon_child import reads_as
 from bench.gen import HIERARCHY

@@ -99,7 +99,7 @@ def run(repeat: int = 7) -> dict[str, Any]:
             cfg = fake.dir / "config-vpa.json"
             cfg.write_text(json.dumps(config))
             log = (fake.dir / "daemon-vpa.log").open("w")
-            proc = subprocess.Popen([sys.executable, "-c", "import sys; from agent.cli import main; sys.exit(main(sys.argv[1:]))",
+            proc = subprocess.Popen([sys.executable, "-c", "import sys; from agent.commands.main import main; sys.exit(main(sys.argv[1:]))",
                                      "run", "--config", str(cfg)], cwd=ROOT, stdout=log, stderr=log)
             try:
                 out.update(_measure(proc, fake, cluster, raws, namespaces, metrics))

@@ -1,7 +1,7 @@
 """Figure 3: writes on the real cgroup v1 files of this machine, under a private unique root.
 
 A generated node (hugepages left out: the unified hugetlb controller is not enabled below the root here)
-is converged by `apply` (`agent.apply.reconcile_once`) into `/kcg-test-<hex>/kubepods/...` in the cpu
+is converged by `apply` (`agent.pipeline.apply.reconcile_once`) into `/kcg-test-<hex>/kubepods/...` in the cpu
 and memory hierarchies, with the pod cgroups made beforehand as the kubelet would. Then:
 
 - converged resyncs: `CgroupFiles.writes` must not move;
@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from agent import pipeline
-from agent.apply import ensure_tiers, reconcile_once
-from agent.compute import compute_node
-from agent.diff import Owner, desired_files
-from agent.model import PodView
+from agent.config.settings import Settings, from_mapping
+from agent.core.compute import compute_node
+from agent.core.diff import Owner, desired_files
+from agent.core.model import PodView
+from agent.pipeline.apply import ensure_tiers, reconcile_once
 from agent.pods.parse import parse_pod
-from agent.settings import Settings, from_mapping
 from bench.gen import make_pod
 from bench.memtree import allocatable_for
 from bench.stats import summary

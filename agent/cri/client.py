@@ -28,6 +28,16 @@ from typing import Any, Final, Self
 import grpc
 from google.protobuf.message import Message
 
+from agent.core.model import (
+    UNLIMITED,
+    ContainerID,
+    ContainerValues,
+    HugepageLimit,
+    ModelError,
+    PodUID,
+    validate_container_id,
+    validate_pod_uid,
+)
 from agent.cri.errors import CRIError, InvalidResponse, Unimplemented, classify
 from agent.cri.types import (
     LABEL_CONTAINER_NAME,
@@ -42,17 +52,7 @@ from agent.cri.types import (
 )
 from agent.cri.v1 import api_pb2 as pb
 from agent.cri.v1 import api_pb2_grpc as pb_grpc
-from agent.errors import AgentError
-from agent.model import (
-    UNLIMITED,
-    ContainerID,
-    ContainerValues,
-    HugepageLimit,
-    ModelError,
-    PodUID,
-    validate_container_id,
-    validate_pod_uid,
-)
+from agent.infra.errors import AgentError
 
 KUBELET_CRI_VERSION: Final = "0.1.0"  # what the kubelet sends in VersionRequest (kuberuntime_manager.go)
 DEFAULT_ENDPOINTS: Final = (

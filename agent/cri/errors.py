@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar, Final
 
-from agent.errors import AgentError
+from agent.infra.errors import AgentError
 
 
 class CRIError(AgentError):

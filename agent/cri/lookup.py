@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from agent.core.model import ContainerID
 from agent.cri.types import INFRA_CONTAINER_NAME, Container
-from agent.model import ContainerID
 
 
 class ContainerLister(Protocol):

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from agent.model import ContainerID, ContainerValues, PodUID
+from agent.core.model import ContainerID, ContainerValues, PodUID
 
 # The kubelet's labels on every container it creates (k8s.io/kubelet/pkg/types/labels.go).
 LABEL_POD_UID: Final = "io.kubernetes.pod.uid"

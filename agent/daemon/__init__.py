@@ -17,18 +17,18 @@ from types import FrameType
 from typing import Any
 
 from agent import pipeline
-from agent.compute import NodeComputation
+from agent.config.settings import ConfigError, Settings
+from agent.core.compute import NodeComputation
+from agent.core.ownership import Ownership, Thing, resolve
 from agent.daemon.components import ComponentFactory, DaemonContext
 from agent.daemon.core import Daemon, PodSource
 from agent.daemon.reconciler import Reconciler
-from agent.execute import CgroupStepRunner, ContainerUpdater
+from agent.infra.logging import configure, get_logger
+from agent.infra.metrics import Endpoints, Metrics, Probe, StartupProbe
 from agent.kube.status import StatusReporter
-from agent.logging import configure, get_logger
-from agent.metrics import Endpoints, Metrics, Probe, StartupProbe
-from agent.ownership import Ownership, Thing, resolve
-from agent.settings import ConfigError, Settings
-from agent.sources import default_sources
-from agent.sources.limitrange import LimitRanges
+from agent.pipeline.execute import CgroupStepRunner, ContainerUpdater
+from agent.pods.sources import default_sources
+from agent.pods.sources.limitrange import LimitRanges
 from cgroupfs.types import DriverKind
 
 log = get_logger("agent.daemon")
@@ -87,9 +87,9 @@ def _cri(settings: Settings) -> ContainerUpdater | None:
 
 
 def _wait_for_node(core: Any, node: str, settings: Settings, stop: threading.Event) -> Any:
+    from agent.infra.queue import Backoff
     from agent.kube.errors import APIError
     from agent.kube.node import node_info, read_node
-    from agent.queue import Backoff
 
     backoff = Backoff(base=1.0, cap=30.0)
     while True:
@@ -146,7 +146,7 @@ def _systemd_runners(
     or systemd puts its own back on the next daemon-reload."""
     if settings.cgroup_driver is not DriverKind.SYSTEMD:
         return None
-    from agent.systemd_runner import systemd_runner
+    from agent.pipeline.systemd import systemd_runner
     from cgroupfs.systemd.bus import SystemdBus
     from cgroupfs.systemd.driver import SystemdUnits
 
@@ -186,14 +186,14 @@ def run(settings: Settings) -> int:
 
     env = pipeline.environment(settings)
     if settings.create_qos_cgroups:  # a bare node: whichever reconciler runs, the tiers must exist first
-        from agent.apply import ensure_tiers
+        from agent.pipeline.apply import ensure_tiers
 
         ensure_tiers(env)
     metrics = Metrics()
     # the endpoints answer from the first second: alive, and not ready until the first pass (StartupProbe)
     probe = StartupProbe("reading the node's configuration")
     metrics.follow_readiness(probe.ready)
-    from agent.version import commit, version
+    from agent.infra.version import commit, version
 
     metrics.build_info.labels(version(), commit()).set(1)
     endpoints = Endpoints(metrics, probe.probe(), settings.metrics_bind_address, settings.health_bind_address)

@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent.metrics import Metrics
-from agent.model import PodView
-from agent.ownership import Ownership
+from agent.config.settings import Settings
+from agent.core.model import PodView
+from agent.core.ownership import Ownership
+from agent.infra.metrics import Metrics
+from agent.pods.sources import Source
+from agent.pods.sources.limitrange import LimitRanges
 from agent.resize.types import ResizeStatus
-from agent.settings import Settings
-from agent.sources import Source
-from agent.sources.limitrange import LimitRanges
 
 
 @dataclass(slots=True)

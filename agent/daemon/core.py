@@ -23,21 +23,21 @@ from typing import Any, Protocol
 
 import structlog
 
-from agent.compute.node import TERMINAL_PHASES
+from agent.core.compute.node import TERMINAL_PHASES
+from agent.core.model import PodUID, PodView
 from agent.daemon import heap
 from agent.daemon.reconciler import Outcome, Reconciler, Report
-from agent.errors import PermanentError
+from agent.infra.errors import PermanentError
+from agent.infra.logging import get_logger
+from agent.infra.metrics import Metrics
+from agent.infra.queue import TIERS, ShutDown, WorkQueue
 from agent.kube.status import PodRef, StatusReporter
 from agent.kube.trim import without_managed_fields
 from agent.kube.watch import PodSink, pod_identity
-from agent.logging import get_logger
-from agent.metrics import Metrics
-from agent.model import PodUID, PodView
 from agent.pods.parse import PodParseError, parse_pod
-from agent.queue import TIERS, ShutDown, WorkQueue
+from agent.pods.sources import DEFAULT_SOURCES, Source
 from agent.resize.checkpoint import CheckpointError
 from agent.resize.types import ResizeStatus
-from agent.sources import DEFAULT_SOURCES, Source
 
 log = get_logger("agent.daemon")
 

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agent.infra.logging import get_logger
 from agent.kube.watch import PodSink
-from agent.logging import get_logger
 from agent.pods.load import MANIFEST_SUFFIXES, _documents, _items, split_limit_ranges
 from agent.pods.parse import PodParseError
-from agent.sources.limitrange import LimitRanges
+from agent.pods.sources.limitrange import LimitRanges
 
 log = get_logger("agent.daemon.directory")
 

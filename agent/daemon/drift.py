@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agent.ownership import Thing
+from agent.core.ownership import Thing
 
 
 class Action(enum.StrEnum):

@@ -16,6 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from agent.core.diff import NodeDiff
+from agent.core.model import PodUID, PodView
+from agent.core.plan import CgroupStep, ContainerStep
 from agent.daemon.gate import Gate, Gated, written
 from agent.daemon.reconciler import (
     Outcome,
@@ -27,10 +30,7 @@ from agent.daemon.reconciler import (
     compute_or_note,
     event_for,
 )
-from agent.diff import NodeDiff
-from agent.execute import describe
-from agent.model import PodUID, PodView
-from agent.plan import CgroupStep, ContainerStep
+from agent.pipeline.execute import describe
 from agent.resize.checkpoint import CheckpointError
 from agent.resize.engine import PassReport, ResizeEngine
 from agent.resize.store import NodeRecords

@@ -9,14 +9,14 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from agent.compute import NodeComputation
+from agent.core.compute import NodeComputation
+from agent.core.diff import DesiredFile, FileDiff, NodeDiff
+from agent.core.diff import Owner as FileOwner
+from agent.core.model import TierKind
+from agent.core.ownership import Owner, Ownership, Thing
+from agent.core.plan import MEMORY_LIMIT_FILES, CgroupStep, ContainerStep, Step
 from agent.daemon.drift import Action, DriftTracker, likely_owner
 from agent.daemon.reconciler import DriftNote
-from agent.diff import DesiredFile, FileDiff, NodeDiff
-from agent.diff import Owner as FileOwner
-from agent.model import TierKind
-from agent.ownership import Owner, Ownership, Thing
-from agent.plan import MEMORY_LIMIT_FILES, CgroupStep, ContainerStep, Step
 from cgroupfs import layout
 
 _LIMIT_FILES = frozenset(

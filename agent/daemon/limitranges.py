@@ -1,5 +1,5 @@
 """The namespaces' LimitRanges beside the pod loop, bounding the resize and pod-level annotations
-(agent.sources.limitrange).
+(agent.pods.sources.limitrange).
 
 One cluster-wide list/watch of `limitranges` (RBAC cannot grant them per namespace); only those of the
 namespaces where annotations are honoured are kept. It runs whenever an annotation can be honoured
@@ -18,13 +18,13 @@ from typing import Any, Final
 
 from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
+from agent.infra.logging import get_logger
+from agent.infra.queue import Backoff
 from agent.kube.errors import APIError
 from agent.kube.watch import Watcher
-from agent.logging import get_logger
-from agent.queue import Backoff
-from agent.sources.limitrange import LimitRanges
-from agent.sources.pod_level_annotation import POD_RESOURCES_ANNOTATION
-from agent.sources.resize_annotation import RESIZE_ANNOTATION
+from agent.pods.sources.limitrange import LimitRanges
+from agent.pods.sources.pod_level_annotation import POD_RESOURCES_ANNOTATION
+from agent.pods.sources.resize_annotation import RESIZE_ANNOTATION
 
 log = get_logger("agent.daemon.limitranges")
 

@@ -7,9 +7,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agent.infra.metrics import Metrics
 from agent.kube.trim import without_managed_fields
 from agent.kube.watch import Watcher
-from agent.metrics import Metrics
 
 
 class ObjectCache:

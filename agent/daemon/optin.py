@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agent.daemon.components import DaemonContext
+from agent.infra.logging import get_logger
 from agent.kube.errors import APIConflict, APIForbidden, APINotFound, wrap
 from agent.kube.status import PodRef, event_body, now_rfc3339
-from agent.logging import get_logger
 from agent.recommender.publish import names_us
 from agent.rollout.workload import POLICY
 from agent.vpa.model import ACTUATOR_ANNOTATION

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.daemon.components import Component, DaemonContext
-from agent.logging import get_logger
+from agent.infra.logging import get_logger
 from agent.recommender.estimate import recommend
 from agent.recommender.publish import RECOMMENDER_INTERVAL_S, Publisher
 from agent.recommender.sampler import Sampler, Target, reader_for, targets

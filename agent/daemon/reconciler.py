@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from agent.compute import ComputeConfig, PodComputation, PodComputeError, compute_pod
-from agent.compute.aggregate import pod_level_resources_set
-from agent.execute import Shortfall
-from agent.model import PodUID, PodView
+from agent.core.compute import ComputeConfig, PodComputation, PodComputeError, compute_pod
+from agent.core.compute.aggregate import pod_level_resources_set
+from agent.core.model import PodUID, PodView
+from agent.pipeline.execute import Shortfall
 from agent.resize.types import ResizeState, ResizeStatus
 
 __all__ = ["ResizeState", "ResizeStatus"]  # the resize engine's vocabulary, shared by every reconciler

@@ -31,11 +31,11 @@ from typing import Any, Final
 
 from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
+from agent.infra.lease import acquire, release
+from agent.infra.logging import get_logger
 from agent.kube.errors import APIConflict, APIError, APINotFound, wrap
 from agent.kube.status import STRATEGIC_MERGE, PodRef, now_rfc3339
 from agent.kube.trim import without_managed_fields
-from agent.lease import acquire, release
-from agent.logging import get_logger
 from agent.pods.parse import controller_owner
 from agent.pods.quantity import parse_any
 from agent.rollout.config import RolloutSettings

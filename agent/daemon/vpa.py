@@ -18,13 +18,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from agent.core.ownership import Thing
 from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
+from agent.infra.logging import get_logger
 from agent.kube.errors import APIError, APIForbidden, APINotFound, wrap
 from agent.kube.status import STRATEGIC_MERGE
 from agent.kube.trim import owner_link
-from agent.logging import get_logger
-from agent.ownership import Thing
 from agent.resize.types import ResizeState, ResizeStatus
 from agent.vpa.applied import ActuatorState
 from agent.vpa.config import PANIC_LABEL
@@ -32,7 +32,7 @@ from agent.vpa.model import VPA, VPAParseError
 from agent.vpa.parse import parse_vpa
 from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock, api_resources
 from agent.vpa.source import VPASource, owner_chain, owners_from
-from agent.vpastate import load, save
+from agent.vpa.state import load, save
 
 log = get_logger("agent.daemon.vpa")
 

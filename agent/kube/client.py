@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.errors import AgentError
+from agent.infra.errors import AgentError
 
 
 class KubeConfigError(AgentError):

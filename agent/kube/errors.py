@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.errors import AgentError
+from agent.infra.errors import AgentError
 
 
 class APIError(AgentError):

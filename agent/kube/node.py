@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent.config.settings import Settings
+from agent.core.model import Resources
 from agent.kube.errors import wrap
-from agent.model import Resources
 from agent.pods import quantity
 from agent.pods.parse import resource_list
-from agent.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from agent.model import Problem
+from agent.core.model import Problem
 from agent.pods.load import Loaded, from_objects
-from agent.sources import DEFAULT_SOURCES, Source
-from agent.sources.limitrange import LimitRanges
+from agent.pods.sources import DEFAULT_SOURCES, Source
+from agent.pods.sources.limitrange import LimitRanges
 
 
 def _list_limit_ranges(api: Any, limit_ranges: LimitRanges) -> list[str]:

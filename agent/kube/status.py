@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-from agent.errors import is_temporary
+from agent.infra.errors import is_temporary
+from agent.infra.logging import get_logger
+from agent.infra.metrics import Metrics
 from agent.kube.errors import APIError, APINotFound, wrap
-from agent.logging import get_logger
-from agent.metrics import Metrics
 
 CONDITION_TYPE: Final = "kube-cgroup-agent.io/ResizeApplied"
 COMPONENT: Final = "kube-cgroup-agent"

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agent.infra.logging import get_logger
+from agent.infra.metrics import Metrics
+from agent.infra.queue import Backoff
 from agent.kube.errors import APIError, APIGone, from_status, wrap
-from agent.logging import get_logger
-from agent.metrics import Metrics
-from agent.queue import Backoff
 
 log = get_logger("agent.kube.watch")
 

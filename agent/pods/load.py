@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent.errors import PermanentError
-from agent.model import PodView, Problem
+from agent.core.model import PodView, Problem
+from agent.infra.errors import PermanentError
 from agent.pods.parse import PodParseError, parse_pod, pod_key
-from agent.sources import DEFAULT_SOURCES, Source
-from agent.sources.limitrange import LimitRanges
+from agent.pods.sources import DEFAULT_SOURCES, Source
+from agent.pods.sources.limitrange import LimitRanges
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 

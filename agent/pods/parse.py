@@ -12,9 +12,8 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any, Final
 
-from agent.compute.aggregate import Amounts, aggregate, is_supported_pod_level
-from agent.errors import PermanentError
-from agent.model import (
+from agent.core.compute.aggregate import Amounts, aggregate, is_supported_pod_level
+from agent.core.model import (
     EMPTY,
     NO_HUGEPAGES,
     NO_OTHER,
@@ -29,9 +28,10 @@ from agent.model import (
     validate_container_id,
     validate_pod_uid,
 )
+from agent.infra.errors import PermanentError
 from agent.pods import quantity
-from agent.sources import DEFAULT_SOURCES, Source, SourceInputError, field_label, merge
-from agent.sources.pod_level_annotation import POD_RESOURCES_ANNOTATION
+from agent.pods.sources import DEFAULT_SOURCES, Source, SourceInputError, field_label, merge
+from agent.pods.sources.pod_level_annotation import POD_RESOURCES_ANNOTATION
 
 __all__ = ["POD_RESOURCES_ANNOTATION", "PodParseError", "parse_pod", "pod_key", "resource_list"]
 

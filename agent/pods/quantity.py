@@ -15,7 +15,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import TypeVar
 
-from agent.errors import PermanentError
+from agent.infra.errors import PermanentError
 
 _Parser = Callable[[object], Decimal]
 _T = TypeVar("_T")

@@ -3,6 +3,6 @@
 `histogram` (VPA's decaying exponential histogram), `model` (one container's history: CPU samples, memory
 peaks per interval, OOMs), `estimate` (percentiles, margin, confidence, minimums), `state` (the node's
 histories), `trace` (recorded samples), `store` (atomic persistence), `render`, `counters` and `sampler`
-(the kernel's counters, read-only), `publish` (cluster-wide). The commands are in `agent.recommendcmd`,
+(the kernel's counters, read-only), `publish` (cluster-wide). The commands are in `agent.commands.recommend`,
 the daemon's part in `agent.daemon.recommender`.
 """

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
-from agent.durations import parse_duration_us
+from agent.infra.durations import parse_duration_us
 
 if TYPE_CHECKING:  # the histograms are loaded by what samples or recommends, not by every command's settings
     from agent.recommender.histogram import ExponentialOptions

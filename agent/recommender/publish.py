@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from agent.lease import acquire, micro
-from agent.model import PodView
+from agent.core.model import PodView
+from agent.infra.lease import acquire, micro
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.estimate import recommend
 from agent.recommender.model import ContainerHistory

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.compute.pod import pod_cgroup_name
-from agent.compute.qos import compute_qos
-from agent.model import PodView
+from agent.core.compute.pod import pod_cgroup_name
+from agent.core.compute.qos import compute_qos
+from agent.core.model import PodView
 from agent.recommender.counters import (
     V1_EACH_TICK,
     V1_FILES,
@@ -134,7 +134,9 @@ def _plan(t: Target, starvation: bool) -> _Plan:
 
 
 def _warn(message: str) -> None:
-    from agent.logging import get_logger  # here: the CLI imports this module and must not load structlog
+    from agent.infra.logging import (
+        get_logger,  # here: the CLI imports this module and must not load structlog
+    )
 
     get_logger("agent.recommender").warning("recommender.descriptors", message=message)
 

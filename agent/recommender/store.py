@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent.atomicfile import write_atomic
+from agent.infra.atomicfile import write_atomic
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.state import RecommenderState
 

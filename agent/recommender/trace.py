@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from agent.errors import PermanentError
+from agent.infra.errors import PermanentError
 
 
 class TraceError(PermanentError):

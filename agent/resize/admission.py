@@ -14,9 +14,9 @@ import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from agent.compute.aggregate import pod_requests
-from agent.compute.qos import compute_qos
-from agent.model import ContainerKind, PodView, QOSClass, Resources
+from agent.core.compute.aggregate import pod_requests
+from agent.core.compute.qos import compute_qos
+from agent.core.model import ContainerKind, PodView, QOSClass, Resources
 from agent.resize.allocation import with_allocation
 from agent.resize.types import ContainerAllocation, PodAllocation
 

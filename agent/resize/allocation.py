@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from agent.compute.config import ComputeConfig
-from agent.compute.container import compute_container
-from agent.compute.cpu import quota_to_milli_cpu, shares_to_milli_cpu
-from agent.compute.qos import compute_qos
-from agent.model import UNLIMITED, ContainerValues, ContainerView, PodView, Resources
+from agent.core.compute.config import ComputeConfig
+from agent.core.compute.container import compute_container
+from agent.core.compute.cpu import quota_to_milli_cpu, shares_to_milli_cpu
+from agent.core.compute.qos import compute_qos
+from agent.core.model import UNLIMITED, ContainerValues, ContainerView, PodView, Resources
 from agent.resize.types import ContainerAllocation, PodAllocation
 from cgroupfs.convert import page_round
 

@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
-from agent.atomicfile import write_atomic
-from agent.errors import AgentError
-from agent.model import ModelError, validate_pod_uid
+from agent.core.model import ModelError, validate_pod_uid
+from agent.infra.atomicfile import write_atomic
+from agent.infra.errors import AgentError
 from agent.resize.allocation import allocation_from_json, allocation_to_json
 from agent.resize.state import PodRecord
 

@@ -25,10 +25,11 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
-from agent.compute import NodeComputation, PodComputation, PodComputeError, compute_pod
-from agent.compute.node import TERMINAL_PHASES
-from agent.compute.tiers import NO_SUMS, RunningTierSums, compute_tiers_from_sums, tier_contribution
-from agent.diff import (
+from agent.config.settings import Settings
+from agent.core.compute import NodeComputation, PodComputation, PodComputeError, compute_pod
+from agent.core.compute.node import TERMINAL_PHASES
+from agent.core.compute.tiers import NO_SUMS, RunningTierSums, compute_tiers_from_sums, tier_contribution
+from agent.core.diff import (
     DesiredFile,
     FilesCache,
     NodeDiff,
@@ -38,7 +39,16 @@ from agent.diff import (
     not_yet_created,
     paths_to_read,
 )
-from agent.execute import (
+from agent.core.model import PodUID, PodView, Problem
+from agent.core.plan import (
+    Plan,
+    RestartStep,
+    build_plan,
+    usage_paths,
+    without_tier_memory_growth,
+)
+from agent.pipeline import Environment
+from agent.pipeline.execute import (
     CgroupStepRunner,
     ContainerUpdater,
     Execution,
@@ -46,15 +56,6 @@ from agent.execute import (
     describe,
     execute,
     file_runner,
-)
-from agent.model import PodUID, PodView, Problem
-from agent.pipeline import Environment
-from agent.plan import (
-    Plan,
-    RestartStep,
-    build_plan,
-    usage_paths,
-    without_tier_memory_growth,
 )
 from agent.resize import state as sm
 from agent.resize.admission import Admit, NodeCapacity, admit, admit_after_kubelet
@@ -67,7 +68,6 @@ from agent.resize.scope import restarts_for, restrict
 from agent.resize.snapshot import Computed, Reader, Simulated, Snapshot, compute_allocated, merged
 from agent.resize.store import PodStore, RecordsNotSaved
 from agent.resize.types import ResizeState, ResizeStatus
-from agent.settings import Settings
 
 DEFAULT_TIMING = sm.Timing()
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from agent.diff import FileDiff, Owner
-from agent.plan import Plan
+from agent.core.diff import FileDiff, Owner
+from agent.core.plan import Plan
 from agent.resize.state import Outcome
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from agent.compute import compute_node
-from agent.diff import Owner, desired_files
-from agent.model import UNLIMITED, ContainerValues, PodView
+from agent.config.settings import Settings
+from agent.core.compute import compute_node
+from agent.core.diff import Owner, desired_files
+from agent.core.model import UNLIMITED, ContainerValues, PodView
 from agent.pipeline import Environment
 from agent.resize.allocation import rebuild_allocation
 from agent.resize.state import PodRecord
-from agent.settings import Settings
 from cgroupfs import layout
 from cgroupfs.convert import parse_cpu_max
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.execute import Execution, Shortfall, StepOutcome
-from agent.model import PodUID, Problem
-from agent.plan import Plan
+from agent.core.model import PodUID, Problem
+from agent.core.plan import Plan
+from agent.pipeline.execute import Execution, Shortfall, StepOutcome
 from agent.resize.types import ResizeStatus
 
 

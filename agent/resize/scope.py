@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import replace
 
-from agent.diff import FileDiff, NodeDiff, Owner
-from agent.model import PodView, ResizePolicy
-from agent.plan import resource_of
+from agent.core.diff import FileDiff, NodeDiff, Owner
+from agent.core.model import PodView, ResizePolicy
+from agent.core.plan import resource_of
 
 
 def _frozen(f: FileDiff) -> FileDiff | None:

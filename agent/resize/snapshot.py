@@ -11,14 +11,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from agent.compute import PodComputation, PodComputeError, compute_pod
-from agent.compute.aggregate import pod_requests
-from agent.compute.config import ComputeConfig
-from agent.compute.node import TERMINAL_PHASES
-from agent.diff import FileDiff, NodeDiff, Owner
-from agent.execute import Execution, StepOutcome
-from agent.model import PodView, Problem
-from agent.plan import CgroupStep, ContainerStep, Plan
+from agent.core.compute import PodComputation, PodComputeError, compute_pod
+from agent.core.compute.aggregate import pod_requests
+from agent.core.compute.config import ComputeConfig
+from agent.core.compute.node import TERMINAL_PHASES
+from agent.core.diff import FileDiff, NodeDiff, Owner
+from agent.core.model import PodView, Problem
+from agent.core.plan import CgroupStep, ContainerStep, Plan
+from agent.pipeline.execute import Execution, StepOutcome
 from agent.resize.allocation import with_allocation
 from agent.resize.types import PodAllocation
 

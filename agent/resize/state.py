@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from agent.compute.aggregate import pod_requests
-from agent.compute.node import TERMINAL_PHASES
-from agent.model import PodUID, PodView
+from agent.core.compute.aggregate import pod_requests
+from agent.core.compute.node import TERMINAL_PHASES
+from agent.core.model import PodUID, PodView
 from agent.resize.admission import Admit, NodeCapacity, Verdict, admit
 from agent.resize.allocation import allocation_of, with_allocation
 from agent.resize.types import PodAllocation, ResizeState, ResizeStatus

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from agent.atomicfile import fsync_dir, write_atomic
-from agent.model import ModelError, PodUID, validate_pod_uid
+from agent.core.model import ModelError, PodUID, validate_pod_uid
+from agent.infra.atomicfile import fsync_dir, write_atomic
 from agent.resize.allocation import allocation_from_json, allocation_to_json
 from agent.resize.checkpoint import CHECKPOINT_NAME, CheckpointCorrupt, CheckpointError, CheckpointStore
 from agent.resize.state import PodRecord

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.model import EMPTY, PodUID, Resources
+from agent.core.model import EMPTY, PodUID, Resources
 
 
 class ResizeState(enum.StrEnum):

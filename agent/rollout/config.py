@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent.configsection import as_bool, as_seconds, parse_section
+from agent.infra.configsection import as_bool, as_seconds, parse_section
 
 if TYPE_CHECKING:
     from agent.rollout.eligibility import Options

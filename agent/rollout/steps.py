@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.durations import parse_timestamp
+from agent.infra.durations import parse_timestamp
 from agent.rollout.eligibility import Change
 from agent.rollout.order import WorkloadKind
 from agent.rollout.workload import (

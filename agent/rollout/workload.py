@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agent.errors import PermanentError
+from agent.infra.errors import PermanentError
 from agent.rollout.order import PodState, Rollout, WorkloadKind, max_unavailable, ordinal
 
 PREFIX: Final = "kube-cgroup-agent.io/"

@@ -1,4 +1,4 @@
-"""What the VPA actuator keeps across restarts (the file's format; agent.vpastate reads and writes it):
+"""What the VPA actuator keeps across restarts (the file's format; agent.vpa.state reads and writes it):
 the targets applied by the agent's own engine, and the resizes refused or put off.
 
 Why: where the agent resizes containers, an applied VPA target lives only in the source (the pod spec is
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from agent.model import Resources
+from agent.core.model import Resources
 from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock
 
 FILE: Final = "vpa-applied.json"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from agent.configsection import as_bool, as_seconds, parse_section
+from agent.infra.configsection import as_bool, as_seconds, parse_section
 from agent.vpa.defaults import MIN_CHANGE, POD_LIFETIME_S
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
-from agent.errors import PermanentError
-from agent.model import EMPTY, Resources
+from agent.core.model import EMPTY, Resources
+from agent.infra.errors import PermanentError
 
 ACTUATOR_ANNOTATION: Final = "kube-cgroup-agent.io/vpa-actuator"  # value "node": the agent may actuate it
 WILDCARD: Final = "*"

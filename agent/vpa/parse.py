@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.model import Resources
+from agent.core.model import Resources
 from agent.pods import quantity
 from agent.vpa.model import (
     ACTUATOR_ANNOTATION,

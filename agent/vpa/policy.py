@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from agent.compute.qos import compute_qos
-from agent.model import ContainerView, PodView, Resources
+from agent.core.compute.qos import compute_qos
+from agent.core.model import ContainerView, PodView, Resources
 from agent.vpa.defaults import MIN_CHANGE, POD_LIFETIME_S
 from agent.vpa.model import VPA, ContainerPolicy, ControlledValues, Recommendation, UpdateMode
 

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from agent.durations import parse_timestamp
-from agent.model import PodView
+from agent.core.model import PodView
+from agent.infra.durations import parse_timestamp
 from agent.pods.parse import controller_owner, parse_pod, pod_key
-from agent.sources.base import ContainerResources, Proposal
+from agent.pods.sources.base import ContainerResources, Proposal
 from agent.vpa.applied import ActuatorState
 from agent.vpa.model import VPA
 from agent.vpa.policy import (

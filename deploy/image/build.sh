@@ -73,6 +73,9 @@ step "base $(du -sh --exclude=.complete "$BASE" | cut -f1) ($BASE)"
 WORK=$(mktemp -d /tmp/kcg-image.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 step "wheel"
+# setuptools builds in ./build and packs all it finds there: a module moved or removed since an earlier
+# build would ship again
+rm -rf build
 "$PY" -m pip wheel -q --no-deps -w "$WORK/wheel" . 2>&1 | { grep -v '^WARNING' || true; }
 APP="$WORK/app"; SITE="$APP/opt/kube-cgroup-agent"
 mkdir -p "$SITE"
@@ -97,7 +100,7 @@ cat > "$APP/usr/local/bin/kube-cgroup-agent" <<'SCRIPT'
 import sys
 
 sys.path.insert(0, "/opt/kube-cgroup-agent")
-from agent.cli import main  # noqa: E402
+from agent.commands.main import main  # noqa: E402
 
 sys.exit(main())
 SCRIPT
@@ -106,7 +109,7 @@ step "check the application imports in the base root"
 mkdir -p "$WORK/probe"
 cp -a "$BASE"/. "$WORK/probe/"; cp -a "$APP"/. "$WORK/probe/"
 chroot "$WORK/probe" env PYTHONPATH=/opt/kube-cgroup-agent PYTHONDONTWRITEBYTECODE=1 KCG_COMMIT="$COMMIT" \
-  /usr/bin/python3 -c 'import agent.cli, agent.daemon, agent.cri.client, agent.kube.watch, kubernetes.client, grpc; from agent.version import describe; print(describe())'
+  /usr/bin/python3 -c 'import agent.commands.main, agent.daemon, agent.cri.client, agent.kube.watch, kubernetes.client, grpc; from agent.infra.version import describe; print(describe())'
 chroot "$WORK/probe" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin KCG_COMMIT="$COMMIT" \
   kube-cgroup-agent version
 rm -rf "$WORK/probe"

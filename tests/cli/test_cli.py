@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
+from agent.commands.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "agent" / "samples" / "node"
+SAMPLE = ROOT / "agent" / "commands" / "samples" / "node"
 CONFIG = str(SAMPLE / "config.yaml")
 
 
@@ -224,7 +224,7 @@ def test_version() -> None:
 
 def test_importing_the_cli_does_not_import_kubernetes_or_grpc() -> None:
     code = (
-        "import sys, agent.cli, agent.pipeline, agent.render, agent.plan;"
+        "import sys, agent.commands.main, agent.pipeline, agent.commands.render, agent.core.plan;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'grpc', 'google')];"
         "print(bad)"
     )
@@ -253,7 +253,7 @@ PODS = str(SAMPLE / "pods.yaml")
 def test_a_local_command_imports_only_what_it_uses(argv: list[str]) -> None:
     """The import boundary, not a time: each command runs in a fresh interpreter and its sys.modules is read."""
     code = (
-        "import sys; from agent.cli import main\n"
+        "import sys; from agent.commands.main import main\n"
         "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
         f"heavy = {HEAVY!r}\n"
         "bad = sorted(m for m in sys.modules if any(m == h or m.startswith(h + '.') for h in heavy))\n"
@@ -269,8 +269,8 @@ def test_a_local_command_imports_only_what_it_uses(argv: list[str]) -> None:
 # What `diff` over JSON manifests and flags does not use: YAML (no YAML to read), the planner (it stops at the
 # diff), VPA, the recommender's histograms, the rollout and the resize engine (their settings sections load
 # without them).
-NOT_FOR_DIFF = ("yaml", "agent.plan", "agent.vpa.policy", "agent.vpa.model", "agent.vpa.source", "agent.vpainputs",
-                "agent.ownership", "agent.recommender.histogram", "agent.rollout.eligibility", "agent.resize")
+NOT_FOR_DIFF = ("yaml", "agent.core.plan", "agent.vpa.policy", "agent.vpa.model", "agent.vpa.source", "agent.vpa.inputs",
+                "agent.core.ownership", "agent.recommender.histogram", "agent.rollout.eligibility", "agent.resize")
 
 
 def test_diff_over_json_manifests_loads_neither_yaml_nor_the_planner(tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def test_diff_over_json_manifests_loads_neither_yaml_nor_the_planner(tmp_path: P
     pods = tmp_path / "pods.json"
     pods.write_text(json.dumps([d for d in yaml.safe_load_all((SAMPLE / "pods.yaml").read_text()) if d]))
     code = (
-        "import sys; from agent.cli import main\n"
+        "import sys; from agent.commands.main import main\n"
         "rc = main(sys.argv[1:])\n"
         f"unused = {NOT_FOR_DIFF!r}\n"
         "bad = sorted(m for m in sys.modules if any(m == u or m.startswith(u + '.') for u in unused))\n"
@@ -298,7 +298,7 @@ def test_diff_over_json_manifests_loads_neither_yaml_nor_the_planner(tmp_path: P
 def test_a_one_pass_command_line_leaves_the_cyclic_collector_off(argv: list[str], collects: bool) -> None:
     """Off for the process of a one-pass command line; a call from code keeps the caller's collector."""
     code = (
-        "import gc, sys; from agent.cli import main\n"
+        "import gc, sys; from agent.commands.main import main\n"
         "main(sys.argv[1:])\nin_code = gc.isenabled()\n"
         "sys.argv = ['kube-cgroup-agent', *sys.argv[1:]]\nmain()\n"
         "print('IN-CODE', in_code, 'COMMAND-LINE', gc.isenabled(), file=sys.stderr)"
@@ -322,9 +322,9 @@ LINES = [
 
 @pytest.mark.parametrize("line", LINES, ids=[line[0] for line in LINES])
 def test_the_parser_of_one_command_reads_its_lines_as_the_whole_parser(line: list[str]) -> None:
-    from agent.cli import _COMMAND_ARGS, parser
+    from agent.commands.arguments import COMMAND_ARGS, parser
 
-    assert set(_COMMAND_ARGS) == {line[0] for line in LINES}
+    assert set(COMMAND_ARGS) == {line[0] for line in LINES}
     assert parser(line[0]).parse_args(line) == parser().parse_args(line)
 
 

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.cli import yield_memory_to_the_daemon
+from agent.commands.main import yield_memory_to_the_daemon
 
-_AFTER = ("import sys; from agent.cli import main; sys.argv = ['kube-cgroup-agent', *{argv!r}]; main(); "
+_AFTER = ("import sys; from agent.commands.main import main; sys.argv = ['kube-cgroup-agent', *{argv!r}]; main(); "
           "print(open('/proc/self/oom_score_adj').read().strip())")
 
 
@@ -29,7 +29,7 @@ def test_a_command_raises_its_own_oom_score(tmp_path: Path) -> None:
 def test_the_daemon_and_code_calling_main_keep_their_score() -> None:
     parent = Path("/proc/self/oom_score_adj").read_text().strip()
     # `run` with a bad config stops before anything runs; the score is the parent's
-    code = ("import sys; from agent.cli import main; sys.argv = ['kube-cgroup-agent', 'run', '--config', '/nonexistent']; "
+    code = ("import sys; from agent.commands.main import main; sys.argv = ['kube-cgroup-agent', 'run', '--config', '/nonexistent']; "
             "main(); print(open('/proc/self/oom_score_adj').read().strip())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False).stdout
     assert out.strip().splitlines()[-1] == parent
@@ -38,7 +38,7 @@ def test_the_daemon_and_code_calling_main_keep_their_score() -> None:
 
 
 def _score_in_code(argv: list[str]) -> str:
-    code = f"from agent.cli import main; main({argv!r}); print(open('/proc/self/oom_score_adj').read().strip())"
+    code = f"from agent.commands.main import main; main({argv!r}); print(open('/proc/self/oom_score_adj').read().strip())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return out.strip().splitlines()[-1]
 

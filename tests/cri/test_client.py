@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agent.core.model import UNLIMITED, ContainerID, ContainerValues, HugepageLimit
 from agent.cri import errors
 from agent.cri.client import (
     CRIClient,
@@ -24,7 +25,6 @@ from agent.cri.client import (
 from agent.cri.lookup import find_pod_containers
 from agent.cri.types import ContainerState
 from agent.cri.v1 import api_pb2 as pb
-from agent.model import UNLIMITED, ContainerID, ContainerValues, HugepageLimit
 from tests.fakes.fake_cri import FakeContainer, FakeCRI, Refuse
 
 UID = "4c3b2a19-0817-4f6e-9d5c-4b3a29180704"

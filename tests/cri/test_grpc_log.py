@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from agent.cli import main
+from agent.commands.main import main
 
 
 @pytest.mark.parametrize(("given", "expected"), [(None, "ERROR"), ("INFO", "INFO"), ("DEBUG", "DEBUG")])
@@ -30,6 +30,6 @@ def test_the_entry_point_quiets_grpcs_core_unless_told(monkeypatch: pytest.Monke
 
 def test_nothing_in_the_cli_module_imports_grpc_before_the_setting() -> None:
     """The setting is read when grpc's core starts: importing the CLI must not start it."""
-    code = "import sys, agent.cli; print('grpc' in sys.modules)"
+    code = "import sys, agent.commands.main; print('grpc' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

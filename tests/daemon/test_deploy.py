@@ -13,7 +13,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from agent.settings import from_mapping
+from agent.config.settings import from_mapping
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = list(yaml.safe_load_all((REPO / "deploy" / "daemonset.yaml").read_text()))

@@ -8,9 +8,9 @@ from typing import Any, cast
 import pytest
 
 from agent.daemon.core import Daemon
-from agent.metrics import Metrics
-from agent.queue import TIERS
-from agent.sources import DEFAULT_SOURCES, Proposal
+from agent.infra.metrics import Metrics
+from agent.infra.queue import TIERS
+from agent.pods.sources import DEFAULT_SOURCES, Proposal
 
 
 class Recommendation:

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from agent.metrics import Endpoints, Metrics, Probe
+from agent.infra.metrics import Endpoints, Metrics, Probe
 
 
 def _reset_mid_request(address: str) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from agent.core.model import PodView
+from agent.core.ownership import resolve
 from agent.daemon.drift import DriftTracker
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.daemon.gate import Gate
-from agent.model import PodView
-from agent.ownership import resolve
 from tests.fakes.cgroup_tree import FakeCgroupTree
 from tests.fakes.fake_cri import running_fake_cri
 from tests.resize.harness import ResizeNode, ctr, manifest

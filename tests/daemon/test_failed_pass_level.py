@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from agent.daemon.core import Daemon
 from agent.daemon.reconciler import Outcome, Report
-from agent.metrics import Metrics
+from agent.infra.metrics import Metrics
 
 
 @pytest.mark.parametrize(

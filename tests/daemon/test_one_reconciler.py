@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from agent.config.settings import from_mapping
+from agent.core.ownership import resolve
 from agent.daemon import select_reconciler
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.daemon.reconciler import Outcome, ResizeState
-from agent.ownership import resolve
-from agent.settings import from_mapping
 from tests.fakes.cgroup_tree import FakeCgroupTree
 from tests.fakes.fake_cri import running_fake_cri
 from tests.resize.harness import ResizeNode, ctr, manifest

@@ -8,13 +8,13 @@ import threading
 
 import pytest
 
+from agent.config.settings import ConfigError, Settings, from_mapping, parse_allocatable
+from agent.core.ownership import Owner, Thing, resolve
 from agent.daemon.drift import Action, DriftTracker
+from agent.infra.queue import TIERS, ShutDown, WorkQueue
 from agent.kube.node import derive_allocatable
 from agent.kube.status import CONDITION_TYPE, PodRef, condition_patch
 from agent.kube.watch import Bookmark, Change, Failure, Unknown, parse_line
-from agent.ownership import Owner, Thing, resolve
-from agent.queue import TIERS, ShutDown, WorkQueue
-from agent.settings import ConfigError, Settings, from_mapping, parse_allocatable
 
 # ---- queue
 
@@ -193,7 +193,7 @@ def test_a_warning_is_logged_when_it_appears_not_on_every_pass_it_persists() -> 
 
     from agent.daemon.core import Daemon
     from agent.daemon.reconciler import Outcome, Report
-    from agent.metrics import Metrics
+    from agent.infra.metrics import Metrics
 
     daemon = Daemon(cast(Any, None), cast(Any, None), cast(Any, None), Metrics(), node=None, resync_period_s=60.0)
     passes = [("w1",), ("w1",), ("w1", "w2"), (), ("w1",)]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from agent.cli import main
+from agent.commands.main import main
 from tests.daemon.harness import Env, wait_for
 from tests.resize.harness import ctr, manifest
 

@@ -9,11 +9,11 @@ from typing import Any, cast
 
 import pytest
 
+from agent.core.model import PodView
 from agent.daemon.core import Daemon
 from agent.daemon.engine_reconciler import EngineReconciler
-from agent.metrics import Metrics
-from agent.model import PodView
-from agent.queue import TIERS
+from agent.infra.metrics import Metrics
+from agent.infra.queue import TIERS
 from tests.fakes.cgroup_tree import FakeCgroupTree
 from tests.fakes.fake_cri import running_fake_cri
 from tests.resize.harness import ResizeNode, ctr, manifest

@@ -181,7 +181,7 @@ def test_a_new_pod_with_the_readiness_gate_gets_the_condition_true(env: Env, con
 
 
 def test_rollout_status_shows_each_pod_and_why(env: Env, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
-    from agent.cli import main
+    from agent.commands.main import main
 
     update = sts_template(proxy="proxy:2")
     _cluster(env, update)

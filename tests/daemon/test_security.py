@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import stat
 
-from agent.settings import Settings
+from agent.config.settings import Settings
 from tests.daemon.harness import Env, wait_for
 from tests.resize.harness import ctr, manifest
 

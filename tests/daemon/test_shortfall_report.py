@@ -8,8 +8,8 @@ from structlog.testing import capture_logs
 
 from agent.daemon.core import Daemon
 from agent.daemon.reconciler import Outcome, Report
-from agent.execute import Shortfall
-from agent.metrics import Metrics
+from agent.infra.metrics import Metrics
+from agent.pipeline.execute import Shortfall
 
 PATH = "memory/kubepods/besteffort/memory.limit_in_bytes"
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from agent.infra.metrics import Metrics
 from agent.kube import watch as watch_module
 from agent.kube.watch import Watcher
-from agent.metrics import Metrics
 
 BOOKMARK = json.dumps({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "7"}}})
 

@@ -7,9 +7,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.apply import reconcile_once
+from agent.config.settings import from_mapping
 from agent.cri.v1 import api_pb2 as pb
-from agent.settings import from_mapping
+from agent.pipeline.apply import reconcile_once
 from cgroupfs.types import CgroupName
 from tests.fakes.cgroup_tree import FakeCgroupTree
 from tests.fakes.fake_cri import FakeCRI

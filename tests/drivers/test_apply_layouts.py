@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.apply import reconcile_once
-from agent.cli import main
-from agent.settings import Settings, from_mapping
+from agent.commands.main import main
+from agent.config.settings import Settings, from_mapping
+from agent.pipeline.apply import reconcile_once
 from cgroupfs.convert import hugepage_size_name
 from cgroupfs.types import CgroupName
 from tests.backends import BACKENDS, Backend

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agent.cli import main
-from agent.compute import ComputeConfig, compute_pod
+from agent.commands.main import main
+from agent.core.compute import ComputeConfig, compute_pod
 from agent.pods.parse import parse_pod
 from tests.e2e.conftest import E2EEnv, Kernel, Pod, PodRunner, resources
 

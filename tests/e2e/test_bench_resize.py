@@ -28,17 +28,17 @@ from typing import Any
 import pytest
 
 from agent import pipeline
-from agent.apply import ensure_tiers
-from agent.compute import ComputeConfig, compute_pod
+from agent.config.settings import Settings, from_mapping
+from agent.core.compute import ComputeConfig, compute_pod
+from agent.core.model import ContainerID, ContainerValues, PodView
 from agent.cri.client import CRIClient
 from agent.cri.v1 import api_pb2 as pb
 from agent.cri.v1 import api_pb2_grpc as pb_grpc
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.daemon.reconciler import Outcome, Reconciler
-from agent.model import ContainerID, ContainerValues, PodView
+from agent.pipeline.apply import ensure_tiers
 from agent.pods.parse import parse_pod
 from agent.resize.engine import ResizeEngine
-from agent.settings import Settings, from_mapping
 from tests.e2e.conftest import E2EEnv, Kernel, Pod, PodRunner, resources
 from tests.e2e.test_apply_e2e import _manifest, _start, g
 

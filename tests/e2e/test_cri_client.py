@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from agent.core.model import UNLIMITED, ContainerID, ContainerValues
 from agent.cri import errors
 from agent.cri.cgroup_paths import cgroups_path_to_dir, container_cgroup_dir
 from agent.cri.client import CRIClient
 from agent.cri.lookup import find_pod_containers
 from agent.cri.types import ContainerState
-from agent.model import UNLIMITED, ContainerID, ContainerValues
 from cgroupfs.types import DriverKind
 from tests.e2e.conftest import E2EEnv, Kernel, PodRunner, resources
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent.compute import ComputeConfig, compute_pod
+from agent.core.compute import ComputeConfig, compute_pod
 from agent.pods.parse import parse_pod
 from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
 from tests.daemon.harness import NODE, Daemon, node_object, wait_for

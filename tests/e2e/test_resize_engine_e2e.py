@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from agent import pipeline
-from agent.compute import ComputeConfig, compute_pod
+from agent.config.settings import from_mapping
+from agent.core.compute import ComputeConfig, compute_pod
 from agent.cri.client import CRIClient
 from agent.pods.parse import parse_pod
 from agent.resize.engine import ResizeEngine
 from agent.resize.types import ResizeState
-from agent.settings import from_mapping
 from tests.e2e.conftest import E2EEnv, Kernel, Pod, PodRunner, resources
 
 pytestmark = pytest.mark.e2e
@@ -91,7 +91,7 @@ def test_guaranteed_three_containers(
         }
     )
     env = pipeline.environment(settings)
-    from agent.apply import ensure_tiers
+    from agent.pipeline.apply import ensure_tiers
 
     ensure_tiers(env)
     with CRIClient(e2e_env.endpoint) as client:

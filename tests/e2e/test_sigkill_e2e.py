@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from agent import pipeline
-from agent.apply import ensure_tiers
+from agent.config.settings import from_mapping
 from agent.cri.client import CRIClient
+from agent.pipeline.apply import ensure_tiers
 from agent.pods.parse import parse_pod
 from agent.resize.engine import ResizeEngine
 from agent.resize.store import PodStore
-from agent.settings import from_mapping
 from tests.e2e.conftest import E2EEnv, Kernel, Pod, PodRunner, resources
 from tests.e2e.test_resize_engine_e2e import START_CPU, START_MEM, _kernel_matches, _manifest
 from tests.resize.crash import run_engine

@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 
 from agent import pipeline
-from agent.apply import ensure_tiers
+from agent.config.settings import from_mapping
+from agent.core.model import ContainerID, ContainerValues
+from agent.core.plan import CgroupStep
 from agent.cri.client import CRIClient
-from agent.execute import CgroupStepRunner, file_runner
-from agent.model import ContainerID, ContainerValues
-from agent.plan import CgroupStep
+from agent.pipeline.apply import ensure_tiers
+from agent.pipeline.execute import CgroupStepRunner, file_runner
 from agent.pods.parse import parse_pod
 from agent.resize.engine import PassReport, ResizeEngine
 from agent.resize.types import ResizeState
-from agent.settings import from_mapping
 from tests.e2e.conftest import E2EEnv, Kernel, Pod, PodRunner, resources
 
 pytestmark = pytest.mark.e2e

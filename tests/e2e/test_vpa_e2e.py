@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 
 from agent import pipeline
-from agent.apply import ensure_tiers
-from agent.compute import ComputeConfig, compute_pod
+from agent.config.settings import from_mapping
+from agent.core.compute import ComputeConfig, compute_pod
+from agent.core.model import Resources
 from agent.cri.client import CRIClient
 from agent.cri.v1 import api_pb2 as pb
 from agent.cri.v1 import api_pb2_grpc as pb_grpc
-from agent.model import Resources
+from agent.pipeline.apply import ensure_tiers
 from agent.pods.parse import parse_pod
 from agent.resize.engine import ResizeEngine
 from agent.resize.types import ResizeState
-from agent.settings import from_mapping
 from agent.vpa.model import VPA, Recommendation, UpdateMode
 from agent.vpa.source import VPASource
 from tests.e2e.conftest import E2EEnv, Kernel, Pod, PodRunner, resources

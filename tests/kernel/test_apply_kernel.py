@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from agent import pipeline
-from agent.apply import reconcile_once
-from agent.cli import main
-from agent.diff import not_yet_created
-from agent.execute import execute, file_runner
-from agent.plan import build_plan
-from agent.settings import Settings, from_mapping
+from agent.commands.main import main
+from agent.config.settings import Settings, from_mapping
+from agent.core.diff import not_yet_created
+from agent.core.plan import build_plan
+from agent.pipeline.apply import reconcile_once
+from agent.pipeline.execute import execute, file_runner
 from cgroupfs import layout
 from cgroupfs.files import MemoryBelowUsage, QuotaRefused
 from tests.fakes.kernel import KernelRoot

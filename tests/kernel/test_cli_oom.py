@@ -18,7 +18,7 @@ MI = 1 << 20
 # limit alone.
 _COMMAND = """
 import sys
-from agent.cli import yield_memory_to_the_daemon
+from agent.commands.main import yield_memory_to_the_daemon
 sys.stdin.readline()
 if sys.argv[1] == "yield":
     assert yield_memory_to_the_daemon()

@@ -28,19 +28,19 @@ from typing import Any
 import pytest
 
 from agent import pipeline
-from agent.apply import ensure_tiers
-from agent.compute import compute_pod
+from agent.config.settings import Settings, from_mapping
+from agent.core.compute import compute_pod
+from agent.core.model import PodView
+from agent.core.plan import CgroupStep
 from agent.cri.client import CRIClient
 from agent.cri.v1 import api_pb2 as pb
-from agent.execute import CgroupStepRunner, file_runner
-from agent.model import PodView
-from agent.plan import CgroupStep
+from agent.pipeline.apply import ensure_tiers
+from agent.pipeline.execute import CgroupStepRunner, file_runner
 from agent.pods.parse import parse_pod
 from agent.resize.engine import PassReport, ResizeEngine
 from agent.resize.state import Timing
 from agent.resize.store import PodStore
 from agent.resize.types import ResizeState
-from agent.settings import Settings, from_mapping
 from cgroupfs.files import CgroupError
 from tests.fakes.fake_cri import FakeContainer, FakeCRI, Refuse
 from tests.fakes.kernel import KernelRoot

@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from agent.compute.pod import pod_cgroup_name
+from agent.config.settings import Settings
+from agent.core.compute.pod import pod_cgroup_name
+from agent.core.model import QOSClass
+from agent.core.ownership import resolve
 from agent.daemon.components import DaemonContext
 from agent.daemon.recommender import recommender_component
-from agent.metrics import Metrics
-from agent.model import QOSClass
-from agent.ownership import resolve
+from agent.infra.metrics import Metrics
 from agent.pipeline import Environment
 from agent.pods.parse import parse_pod
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.sampler import Target
-from agent.settings import Settings
 from cgroupfs.files import CgroupFiles
 from cgroupfs.naming import cgroup_dir
 from cgroupfs.types import CgroupName

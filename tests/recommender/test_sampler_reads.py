@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from agent.compute.pod import pod_cgroup_name
-from agent.model import QOSClass
+from agent.core.compute.pod import pod_cgroup_name
+from agent.core.model import QOSClass
 from agent.pods.parse import parse_pod
 from agent.recommender.counters import Counters, cpu_sample, observe, parse_v1, parse_v2
 from agent.recommender.sampler import Sampler, Target, reader_for, targets

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
+from agent.commands.main import main
 from agent.recommender.config import RecommenderSettings, parse_recommender
 from agent.recommender.counters import Counters, cpu_sample, observe, parse_v1, parse_v2
 from agent.recommender.state import RecommenderState
@@ -164,6 +164,6 @@ def test_config_keys_are_named_as_vpa_flags() -> None:
 
 def test_the_readme_example_is_what_the_sample_trace_gives(capsys: pytest.CaptureFixture[str]) -> None:
     repo = Path(__file__).resolve().parents[2]
-    assert main(["recommend", "--samples", str(repo / "agent/samples/recommender/trace.jsonl")]) == 0
+    assert main(["recommend", "--samples", str(repo / "agent/commands/samples/recommender/trace.jsonl")]) == 0
     out = capsys.readouterr().out.strip()
     assert out in (repo / "README.md").read_text()

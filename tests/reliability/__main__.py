@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help="rewrite RELIABILITY.md's table and the JSON results")
     args = ap.parse_args(argv)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # as the agent's own entry point: a fake CRI's GOAWAY at teardown
-    from agent.logging import configure
+    from agent.infra.logging import configure
 
     configure(level="error")  # the in-process reconcilers' lines would drown the table; faults are expected
     reason = skip_reason()

@@ -31,10 +31,10 @@ from typing import Any
 
 import grpc
 
+from agent.core.ownership import resolve
+from agent.core.plan import CgroupStep
 from agent.daemon import select_reconciler
 from agent.daemon.engine_reconciler import EngineReconciler
-from agent.ownership import resolve
-from agent.plan import CgroupStep
 from agent.resize.engine import ResizeEngine
 from agent.resize.store import PodStore
 from tests.fakes.fake_cri import RUNC_WRAP
@@ -178,8 +178,8 @@ def kubelet_actuates(node: ResizeNode, pod: str) -> None:
     """The kubelet admits the resize and writes the pod's and its containers' cgroups, per resource
     (memory, then CPU): a growing pod before its containers, a shrinking one after them, and the
     containers' decreases before their increases."""
-    from agent.compute import compute_pod
-    from agent.compute.container import compute_container
+    from agent.core.compute import compute_pod
+    from agent.core.compute.container import compute_container
 
     info, view = node.pods[pod], node.view(pod)
     for c in info.raw["spec"]["containers"]:

@@ -1,5 +1,5 @@
 """Faults at the system-call boundary of this process: `os.open`, `os.write`, `os.fsync` and `os.replace`
-(the calls `cgroupfs.files.CgroupFiles` and `agent.atomicfile` make) fail for the files a fault names,
+(the calls `cgroupfs.files.CgroupFiles` and `agent.infra.atomicfile` make) fail for the files a fault names,
 with the errno the kernel would return, so the agent's own error mapping, retries and reports are what
 is exercised, not a stand-in for them.
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agent.atomicfile import write_atomic
+from agent.infra.atomicfile import write_atomic
 from tests.fakes.kernel import skip_reason
 from tests.reliability import api_faults, crash_campaign, engine_faults, hostile
 from tests.reliability.__main__ import failures, table

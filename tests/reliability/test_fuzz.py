@@ -12,16 +12,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.cli import main
-from agent.compute import ComputeConfig, PodComputeError, compute_pod
+from agent.commands.main import main
+from agent.config.settings import ConfigError, from_mapping
+from agent.core.compute import ComputeConfig, PodComputeError, compute_pod
+from agent.core.model import UNLIMITED
 from agent.cri.client import parse_verbose_info, values_from_linux
 from agent.cri.v1 import api_pb2 as pb
-from agent.errors import AgentError, user_message
-from agent.model import UNLIMITED
+from agent.infra.errors import AgentError, user_message
 from agent.pods.parse import PodParseError, parse_pod
 from agent.recommender.counters import parse_v1, parse_v2
 from agent.recommender.trace import parse_line
-from agent.settings import ConfigError, from_mapping
 from cgroupfs import layout
 
 JSON = st.recursive(

@@ -12,16 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agent.config.settings import Settings, parse_allocatable
+from agent.core.model import ContainerID, ContainerValues
+from agent.core.plan import CgroupStep
 from agent.cri.client import CRIClient
-from agent.execute import file_runner
-from agent.model import ContainerID, ContainerValues
 from agent.pipeline import Environment, owned_roots
-from agent.plan import CgroupStep
+from agent.pipeline.execute import file_runner
 from agent.pods.parse import parse_pod
 from agent.resize.engine import ResizeEngine
 from agent.resize.state import Timing
 from agent.resize.types import ResizeState
-from agent.settings import Settings, parse_allocatable
 from cgroupfs.files import CgroupFiles
 from cgroupfs.layout import Hierarchy
 

@@ -17,19 +17,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agent.compute import compute_pod
-from agent.compute.container import compute_container
+from agent.config.settings import Settings, parse_allocatable
+from agent.core.compute import compute_pod
+from agent.core.compute.container import compute_container
+from agent.core.model import ContainerID, ContainerValues, PodView
+from agent.core.plan import CgroupStep
 from agent.cri.client import CRIClient
 from agent.cri.v1 import api_pb2 as pb
-from agent.execute import CgroupStepRunner, file_runner
-from agent.model import ContainerID, ContainerValues, PodView
 from agent.pipeline import Environment, owned_roots
-from agent.plan import CgroupStep
+from agent.pipeline.execute import CgroupStepRunner, file_runner
 from agent.pods.parse import parse_pod
 from agent.resize.engine import ResizeEngine
 from agent.resize.state import Timing
 from agent.resize.store import PodStore
-from agent.settings import Settings, parse_allocatable
 from cgroupfs.convert import V1_UNLIMITED_READBACK
 from cgroupfs.files import CgroupFiles
 from cgroupfs.naming import cgroup_dir, container_dir

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
+from agent.commands.main import main
 from tests.resize.harness import ResizeNode, ctr, manifest, policy
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent.compute import compute_pod
+from agent.core.compute import compute_pod
 from agent.resize.engine import ResizeEngine
 from agent.resize.types import ResizeState
 from tests.resize.harness import MI, ResizeNode, assert_kubelet_order, ctr, kubelet_mismatches, manifest

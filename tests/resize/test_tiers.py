@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from agent.core.ownership import resolve
+from agent.core.plan import CgroupStep
 from agent.daemon.drift import DriftTracker
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.daemon.gate import Gate
-from agent.execute import CgroupStepRunner, file_runner
-from agent.ownership import resolve
-from agent.plan import CgroupStep
+from agent.pipeline.execute import CgroupStepRunner, file_runner
 from agent.resize.engine import ResizeEngine
 from agent.resize.types import ResizeState
 from cgroupfs.files import MemoryBelowUsage

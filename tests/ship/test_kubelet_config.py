@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import build_settings, main, parser
-from agent.kubeletconfig import merge_kubelet
-from agent.model import Resources
-from agent.settings import KUBELET_KEYS, ConfigError, Settings
+from agent.commands.arguments import build_settings, parser
+from agent.commands.main import main
+from agent.config.kubelet import merge_kubelet
+from agent.config.settings import KUBELET_KEYS, ConfigError, Settings
+from agent.core.model import Resources
 from cgroupfs.types import DriverKind
 
 KUBEADM = Path(__file__).with_name("kubelet-config.yaml")

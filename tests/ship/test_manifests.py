@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from agent.settings import from_mapping
+from agent.config.settings import from_mapping
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.metrics import Metrics
+from agent.infra.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules.yaml"

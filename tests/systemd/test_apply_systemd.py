@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.apply import reconcile_once
-from agent.cli import main
-from agent.settings import Settings, from_mapping
+from agent.commands.main import main
+from agent.config.settings import Settings, from_mapping
+from agent.pipeline.apply import reconcile_once
 from cgroupfs.systemd.properties import USEC_INFINITY
 from cgroupfs.types import CgroupName
 from tests.backends import SYSTEMD_BACKENDS, FakeSystemdBackend, SystemdBackend

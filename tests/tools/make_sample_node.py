@@ -1,4 +1,4 @@
-"""Regenerate agent/samples/node/cgroupfs: the sample node's cgroup tree as a kubelet left it.
+"""Regenerate agent/commands/samples/node/cgroupfs: the sample node's cgroup tree as a kubelet left it.
 
 Most values are what the kubelet wrote; a few are deliberately stale, as on a real node right after
 an in-place resize (the kubelet refreshes QoS tiers only every 60 s) or on a kubelet that predates
@@ -10,13 +10,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from agent.compute import compute_node
-from agent.diff import desired_files
+from agent.config.settings import load_file
+from agent.core.compute import compute_node
+from agent.core.diff import desired_files
 from agent.pods.load import load_path
-from agent.settings import load_file
 from cgroupfs.layout import Hierarchy, RenderOptions
 
-NODE = Path(__file__).resolve().parents[2] / "agent" / "samples" / "node"
+NODE = Path(__file__).resolve().parents[2] / "agent" / "commands" / "samples" / "node"
 HIERARCHY = Hierarchy(
     v1={"cpu": "cpu", "memory": "memory"}, unified="unified", unified_controllers=frozenset({"hugetlb"})
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.model import PodView
+from agent.core.model import PodView
 from agent.pods.parse import parse_pod
 
 

@@ -12,8 +12,8 @@ from typing import Any, cast
 
 import pytest
 
+from agent.core.model import PodView
 from agent.daemon.reconciler import Outcome, Reconciler, Report, StopRequested
-from agent.model import PodView
 from agent.pods.parse import parse_pod
 from bench.daemon import Lines
 from bench.daemon_child import Timed, reads_as

@@ -1,4 +1,4 @@
-"""The `vpa:` and `rollout:` config sections (agent.configsection's frame): each key, each bad value named
+"""The `vpa:` and `rollout:` config sections (agent.infra.configsection's frame): each key, each bad value named
 as `section.key: why`, every problem of a section reported at once."""
 
 from __future__ import annotations

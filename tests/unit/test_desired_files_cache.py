@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from agent.compute import ComputeConfig, compute_node
-from agent.diff import FilesCache, desired_files
+from agent.core.compute import ComputeConfig, compute_node
+from agent.core.diff import FilesCache, desired_files
 from cgroupfs.layout import Hierarchy, RenderOptions
 from tests.unit.podbuild import ctr, pod, view
 

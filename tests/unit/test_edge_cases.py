@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from agent.compute import ComputeConfig, compute_node, compute_pod
-from agent.compute.aggregate import pod_limits, pod_requests
-from agent.compute.cpu import milli_cpu_to_quota, milli_cpu_to_shares, quota_to_milli_cpu, shares_to_milli_cpu
-from agent.model import Resources
+from agent.core.compute import ComputeConfig, compute_node, compute_pod
+from agent.core.compute.aggregate import pod_limits, pod_requests
+from agent.core.compute.cpu import (
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+    quota_to_milli_cpu,
+    shares_to_milli_cpu,
+)
+from agent.core.model import Resources
 from cgroupfs.convert import (
     hugepage_size_name,
     shares_to_weight_linear,
@@ -378,7 +383,7 @@ def test_hugetlb_saturation_reads_as_unlimited_and_v2_unlimited_renders_max() ->
 
 def test_container_cpu_weight_from_either_runtime_formula_is_converged() -> None:
     """runc < 1.3.2 (Debian 12) writes the linear weight, newer runc the quadratic one: neither flaps."""
-    from agent.diff import Observation, desired_files, diff
+    from agent.core.diff import Observation, desired_files, diff
     from cgroupfs import layout as lay
 
     raw = pod("p", [ctr("c", lim={"cpu": "1", "memory": "1Gi"})], uid="0e0e0e0e-1111-2222-3333-444444444444")

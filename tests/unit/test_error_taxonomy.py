@@ -14,7 +14,7 @@ import pytest
 
 import agent
 import cgroupfs
-from agent.errors import AgentError, PermanentError, TemporaryError, is_temporary, user_message
+from agent.infra.errors import AgentError, PermanentError, TemporaryError, is_temporary, user_message
 from cgroupfs.errors import DriverError
 
 TEMPORARY = {
@@ -22,7 +22,7 @@ TEMPORARY = {
     "agent.cri.client.NoRuntimeSocket", "agent.kube.errors.APIGone", "agent.kube.errors.APIConflict",
     "agent.kube.errors.APIUnavailable", "cgroupfs.files.CgroupNotFound", "cgroupfs.files.QuotaRefused",
     "cgroupfs.files.MemoryBelowUsage", "cgroupfs.files.MemswOrderRefused", "cgroupfs.systemd.bus.NoSuchUnit",
-    "cgroupfs.systemd.bus.BusUnavailable", "agent.errors.TemporaryError",
+    "cgroupfs.systemd.bus.BusUnavailable", "agent.infra.errors.TemporaryError",
     "agent.cri.errors.MemoryBelowUsage", "agent.cri.errors.QuotaRefused",
 }
 
@@ -58,7 +58,7 @@ def test_each_class_is_temporary_or_permanent_as_listed(name: str) -> None:
 @pytest.mark.parametrize(
     ("err", "line", "temporary"),
     [
-        (__import__("agent.settings", fromlist=["ConfigError"]).ConfigError(["a: bad", "b: worse"]), "invalid configuration: a: bad; b: worse", False),
+        (__import__("agent.config.settings", fromlist=["ConfigError"]).ConfigError(["a: bad", "b: worse"]), "invalid configuration: a: bad; b: worse", False),
         (__import__("agent.pods.parse", fromlist=["PodParseError"]).PodParseError("ns/p", "metadata.uid is missing"), "ns/p: metadata.uid is missing", False),
         (__import__("cgroupfs.files", fromlist=["CgroupNotFound"]).CgroupNotFound("write", "cpu/kubepods/x/cpu.shares", "no such cgroup", "2", errno.ENOENT),
          "write '2' to cpu/kubepods/x/cpu.shares: no such cgroup", True),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.diff import Owner
-from agent.execute import execute
-from agent.plan import CgroupStep
+from agent.core.diff import Owner
+from agent.core.plan import CgroupStep
+from agent.pipeline.execute import execute
 from cgroupfs.layout import FileSetting
 from cgroupfs.types import CgroupName, CgroupVersion, Controller
 

@@ -9,9 +9,10 @@ from typing import Any, cast
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.compute import PodComputeError, compute_node, compute_pod
-from agent.compute.node import TERMINAL_PHASES
-from agent.compute.tiers import (
+from agent.config.settings import Settings
+from agent.core.compute import PodComputeError, compute_node, compute_pod
+from agent.core.compute.node import TERMINAL_PHASES
+from agent.core.compute.tiers import (
     NO_SUMS,
     RunningTierSums,
     compute_tiers,
@@ -19,10 +20,9 @@ from agent.compute.tiers import (
     tier_contribution,
     tier_sums,
 )
-from agent.model import PodView, Resources
+from agent.core.model import PodView, Resources
 from agent.pipeline import Environment
 from agent.resize.engine import ResizeEngine
-from agent.settings import Settings
 from cgroupfs.layout import Hierarchy
 from tests.unit.podbuild import ctr, pod, view
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from agent.pods.parse import PodParseError, parse_pod
-from agent.sources import default_sources
-from agent.sources.limitrange import (
+from agent.pods.sources import default_sources
+from agent.pods.sources.limitrange import (
     LimitRanges,
     Violation,
     check_pod,
@@ -237,7 +237,7 @@ def test_replace_names_the_namespaces_that_changed_and_a_later_failure_keeps_the
 
 
 def _diff(tmp_path: Any, files: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
-    from agent.cli import main
+    from agent.commands.main import main
 
     pods = tmp_path / "input"
     pods.mkdir()

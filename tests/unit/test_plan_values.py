@@ -1,4 +1,4 @@
-"""agent.plan.values: limits read back from the kernel's text forms, v1 and v2, the same way the ordering
+"""agent.core.plan.values: limits read back from the kernel's text forms, v1 and v2, the same way the ordering
 and the invariant replay read them (a table; each expected value read off the kernel's documented form)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from agent.plan.values import _cpu_limit_of, _memory_limit_of
+from agent.core.plan.values import _cpu_limit_of, _memory_limit_of
 
 INF = math.inf
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.compute import ComputeConfig, compute_node
-from agent.diff import desired_files
-from agent.model import ModelError, validate_container_id, validate_pod_uid
+from agent.core.compute import ComputeConfig, compute_node
+from agent.core.diff import desired_files
+from agent.core.model import ModelError, validate_container_id, validate_pod_uid
 from agent.pods.load import load_path, parse_text
 from agent.pods.parse import parse_pod
 from cgroupfs.layout import Hierarchy, RenderOptions

@@ -6,10 +6,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.compute import ComputeConfig, compute_node
-from agent.compute.cpu import MAX_SHARES, MIN_SHARES, milli_cpu_to_quota, milli_cpu_to_shares
-from agent.diff import Observation, desired_files, diff
-from agent.plan import build_plan
+from agent.core.compute import ComputeConfig, compute_node
+from agent.core.compute.cpu import MAX_SHARES, MIN_SHARES, milli_cpu_to_quota, milli_cpu_to_shares
+from agent.core.diff import Observation, desired_files, diff
+from agent.core.plan import build_plan
 from cgroupfs import layout
 from cgroupfs.convert import (
     hugepage_size_from_name,
@@ -134,7 +134,7 @@ def pods(draw: st.DrawFn) -> list[dict[str, object]]:
 def test_a_tree_at_the_desired_values_diffs_empty(
     raws: list[dict[str, object]], mode: str, driver: DriverKind, pct: int | None
 ) -> None:
-    from agent.model import Resources
+    from agent.core.model import Resources
 
     cfg = ComputeConfig(
         hugepage_sizes=(2 * 1024**2,),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.compute import ComputeConfig, compute_node, compute_pod
-from agent.model import UNLIMITED, QOSClass, Resources
+from agent.core.compute import ComputeConfig, compute_node, compute_pod
+from agent.core.model import UNLIMITED, QOSClass, Resources
 from tests.unit.podbuild import ctr, pod, res, view
 
 GI = 1024**3
@@ -153,7 +153,7 @@ def test_seed_001_pod_level_request_only_is_burstable() -> None:
 
 
 def test_seed_001_pod_limit_below_container_requests_is_an_error() -> None:
-    from agent.compute import PodComputeError
+    from agent.core.compute import PodComputeError
 
     bad = pod(
         "bad",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from agent.compute import ComputeConfig, compute_node
-from agent.diff import desired_files
-from agent.model import NO_HUGEPAGES, NO_OTHER, Resources
+from agent.core.compute import ComputeConfig, compute_node
+from agent.core.diff import desired_files
+from agent.core.model import NO_HUGEPAGES, NO_OTHER, Resources
 from agent.pods.parse import parse_pod
 from agent.resize.allocation import allocation_of, with_allocation
 from cgroupfs.layout import Hierarchy, RenderOptions

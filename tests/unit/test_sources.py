@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from agent.pods.parse import PodParseError, parse_pod
-from agent.sources import DEFAULT_SOURCES, Proposal, SourceInputError, merge
-from agent.sources.base import ContainerResources, Section
+from agent.pods.sources import DEFAULT_SOURCES, Proposal, SourceInputError, merge
+from agent.pods.sources.base import ContainerResources, Section
 
 
 def _pod(annotations: Mapping[str, str] | None = None, resources: Any = None) -> dict[str, Any]:
@@ -139,7 +139,7 @@ def test_a_proposal_for_a_missing_container_names_the_source() -> None:
     ],
 )
 def test_annotations_only_in_allowed_namespaces(allowed: frozenset[str] | None, namespace: str, ok: bool) -> None:
-    from agent.sources import default_sources
+    from agent.pods.sources import default_sources
 
     for ann in ({RESIZE: json.dumps({"containers": {"app": {"limits": {"cpu": "2"}}}})},
                 {"kube-cgroup-agent.io/pod-resources": json.dumps({"limits": {"cpu": "2"}})}):
@@ -156,7 +156,7 @@ def test_annotations_only_in_allowed_namespaces(allowed: frozenset[str] | None, 
 
 
 def test_annotation_namespaces_setting() -> None:
-    from agent.settings import ConfigError, from_mapping
+    from agent.config.settings import ConfigError, from_mapping
 
     assert from_mapping({"annotationNamespaces": ["a", "b"]}).annotation_namespaces == frozenset({"a", "b"})
     assert from_mapping({"annotationNamespaces": ["*"]}).annotation_namespaces is None
@@ -165,7 +165,7 @@ def test_annotation_namespaces_setting() -> None:
 
 
 def test_the_cli_reports_a_disallowed_annotation_as_that_pods_error(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from agent.cli import main
+    from agent.commands.main import main
 
     pods = tmp_path / "pods.json"
     pods.write_text(json.dumps({"kind": "List", "items": [_pod({RESIZE: json.dumps({"containers": {"app": {"limits": {"cpu": "2"}}}})})]}))

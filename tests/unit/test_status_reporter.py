@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from agent.infra.metrics import Metrics
 from agent.kube import status as status_mod
 from agent.kube.status import APIStatusReporter, PodRef
-from agent.metrics import Metrics
 
 POD = PodRef("default", "web", "uid-web")
 

@@ -14,10 +14,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.compute import ComputeConfig, compute_node
-from agent.diff import Observation, Owner, desired_files, diff, not_yet_created
-from agent.model import Resources
-from agent.plan import CgroupStep, ContainerStep, RestartStep, build_plan
+from agent.core.compute import ComputeConfig, compute_node
+from agent.core.diff import Observation, Owner, desired_files, diff, not_yet_created
+from agent.core.model import Resources
+from agent.core.plan import CgroupStep, ContainerStep, RestartStep, build_plan
 from agent.pods.parse import parse_pod
 from cgroupfs.layout import Hierarchy, RenderOptions
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.diff import DesiredFile, FileDiff, Owner, WeightFormulaEvidence, container_weight_formula
+from agent.core.diff import DesiredFile, FileDiff, Owner, WeightFormulaEvidence, container_weight_formula
 from cgroupfs.convert import shares_to_weight_linear, shares_to_weight_quadratic
 from cgroupfs.layout import CPU_MAX, CPU_WEIGHT, FileSetting
 from cgroupfs.types import CgroupName, CgroupVersion, Controller
@@ -46,9 +46,9 @@ def test_the_evidence_names_the_formula(files: list[FileDiff], formula: str, sai
 
 
 def test_explain_names_both_formulas() -> None:
-    from agent.compute.config import ComputeConfig
-    from agent.compute.pod import compute_pod
-    from agent.render import explain
+    from agent.commands.render import explain
+    from agent.core.compute.config import ComputeConfig
+    from agent.core.compute.pod import compute_pod
     from tests.unit.podbuild import ctr, pod, view
 
     comp = compute_pod(view(pod("web", [ctr("app", {"cpu": "250m"})])), ComputeConfig())

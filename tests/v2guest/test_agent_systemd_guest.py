@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.apply import reconcile_once
-from agent.cli import main
-from agent.settings import from_mapping
+from agent.commands.main import main
+from agent.config.settings import from_mapping
+from agent.pipeline.apply import reconcile_once
 from cgroupfs.types import CgroupName
 from tests.backends import SYSTEMD_BACKENDS, GuestSystemdBackend, SystemdBackend
 from tests.unit.podbuild import ctr, pod

@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 import pytest
 
-from agent.cli import main
+from agent.commands.main import main
 from agent.cri.v1 import api_pb2 as pb
 from agent.cri.v1 import api_pb2_grpc as pb_grpc
 from cgroupfs.convert import shares_to_weight_linear, shares_to_weight_quadratic

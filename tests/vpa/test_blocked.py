@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from agent.model import Resources
+from agent.core.model import Resources
 from agent.pods.parse import parse_pod
 from agent.recommender.publish import RECOMMENDER_NAME
 from agent.vpa.applied import FILE, ActuatorState, dumps, loads
 from agent.vpa.model import VPA, Recommendation, UpdateMode
 from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock, retry_allowed
 from agent.vpa.source import LOCAL_RECOMMENDER, VPASource, resize_pending
-from agent.vpastate import load, save
+from agent.vpa.state import load, save
 from tests.vpa.pods import vpa_pod
 
 MI = 1 << 20

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent.cli import main
+from agent.commands.main import main
 from tests.resize.harness import ResizeNode, ctr, manifest
 
 MI = 1 << 20

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agent.model import Resources
+from agent.core.model import Resources
 from agent.vpa.model import VPA, ContainerPolicy, ControlledValues, Recommendation, UpdateMode, VPAParseError
 from agent.vpa.parse import parse_vpa
 from agent.vpa.policy import Options, capped, container_target, decide, proportional_limit

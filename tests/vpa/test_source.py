@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.model import Resources
+from agent.core.model import Resources
 from agent.pods.parse import parse_pod
 from agent.resize.types import ResizeState
 from agent.vpa.model import VPA, Recommendation, UpdateMode

@@ -1,0 +1,2 @@
+"""The agent's settings: the config file and flags (`settings`), and the kubelet's own configuration as
+their default (`kubelet`). Composes the features' config sections; imports the core and the features."""

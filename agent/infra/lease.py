@@ -1,0 +1,88 @@
+"""`coordination.k8s.io/v1` Leases as the agents' only coordination (no central controller): a holder
+takes a Lease by creating it, or by taking over one whose holder stopped renewing it; the API server's
+optimistic concurrency (409) decides any race, so two nodes never both hold one.
+
+Used for the recommender's merging node per VPA and for the rollout's update slots.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from agent.infra.durations import parse_timestamp
+
+
+def micro(now: float) -> str:
+    """A MicroTime as the API writes it."""
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def expired(spec: Mapping[str, Any], now: float, default_s: float) -> bool:
+    renewed = parse_timestamp(spec.get("renewTime")) or 0.0  # unreadable: expired
+    return renewed + float(spec.get("leaseDurationSeconds") or default_s) < now
+
+
+def acquire(
+    api: Any,
+    ns: str,
+    name: str,
+    holder: str,
+    duration_s: int,
+    clock: Callable[[], float],
+    labels: Mapping[str, str] | None = None,
+) -> bool:
+    """Hold (create, renew, or take over an expired) Lease `name`; False when another holder has it."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    co: Any = client.CoordinationV1Api(api)
+    now = clock()
+    try:
+        data = json.loads(co.read_namespaced_lease(name, ns, _preload_content=False).data)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        body = {"metadata": {"name": name, "namespace": ns, "labels": dict(labels or {})}, "spec": {
+            "holderIdentity": holder, "leaseDurationSeconds": duration_s, "acquireTime": micro(now), "renewTime": micro(now)}}
+        try:
+            co.create_namespaced_lease(ns, body)
+            return True
+        except ApiException as create_err:
+            if create_err.status == 409:
+                return False
+            raise
+    spec = data.get("spec") or {}
+    current = spec.get("holderIdentity")
+    if current != holder and not expired(spec, now, duration_s):
+        return False
+    spec = {**spec, "holderIdentity": holder, "renewTime": micro(now), "leaseDurationSeconds": duration_s}
+    if current != holder:
+        spec["acquireTime"] = micro(now)
+        spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+    data["spec"] = spec
+    try:
+        co.replace_namespaced_lease(name, ns, data)
+    except ApiException as err:
+        if err.status == 409:
+            return False  # another holder renewed or took it first
+        raise
+    return True
+
+
+def release(api: Any, ns: str, name: str, holder: str) -> None:
+    """Give the Lease up (delete it) if `holder` still holds it; gone already is fine."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    co: Any = client.CoordinationV1Api(api)
+    try:
+        data = json.loads(co.read_namespaced_lease(name, ns, _preload_content=False).data)
+        if (data.get("spec") or {}).get("holderIdentity") != holder:
+            return
+        co.delete_namespaced_lease(name, ns, body={"preconditions": {"resourceVersion": data["metadata"]["resourceVersion"]}})
+    except ApiException as err:
+        if err.status not in (404, 409):
+            raise
