@@ -82,7 +82,7 @@ def test_context_is_kept_and_unknown_errors_are_not_retried() -> None:
 
 
 def test_errors_module_imports_nothing_above_it() -> None:
-    text = (Path(agent.__file__).parent / "errors.py").read_text()
+    text = (Path(agent.__file__).parent / "infra" / "errors.py").read_text()
     imports = [line for line in text.splitlines() if line.startswith(("from ", "import ")) or line.startswith("    from agent")]
     assert all(not line.startswith(("from agent", "import agent", "    from agent")) for line in imports), imports
 
