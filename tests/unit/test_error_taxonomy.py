@@ -19,7 +19,7 @@ from cgroupfs.errors import DriverError
 
 TEMPORARY = {
     "agent.cri.errors.Unavailable", "agent.cri.errors.DeadlineExceeded", "agent.cri.errors.RuntimeFailure",
-    "agent.cri.client.NoRuntimeSocket", "agent.kube.errors.APIGone", "agent.kube.errors.APIConflict",
+    "agent.cri.endpoint.NoRuntimeSocket", "agent.kube.errors.APIGone", "agent.kube.errors.APIConflict",
     "agent.kube.errors.APIUnavailable", "cgroupfs.errors.CgroupNotFound", "cgroupfs.errors.QuotaRefused",
     "cgroupfs.errors.MemoryBelowUsage", "cgroupfs.errors.MemswOrderRefused", "cgroupfs.systemd.bus.NoSuchUnit",
     "cgroupfs.systemd.bus.BusUnavailable", "agent.infra.errors.TemporaryError",
