@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
-from agent.config.settings import Settings, parse_allocatable
+from agent.config.settings import Settings
+from agent.config.values import parse_allocatable
 from agent.core.compute import ComputeConfig, compute_node, compute_pod
 from agent.core.diff import Owner, desired_files
 from agent.core.model import UNLIMITED, ContainerID, ContainerValues, PodUID, PodView

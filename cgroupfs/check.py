@@ -18,7 +18,8 @@ from typing import Final
 import yaml
 
 from cgroupfs.convert import hugepage_size_name
-from cgroupfs.files import CgroupError, TreeReader
+from cgroupfs.errors import CgroupError
+from cgroupfs.files import TreeReader
 from cgroupfs.hugepages import HUGEPAGES_DIR, node_hugepage_sizes
 from cgroupfs.layout import Hierarchy
 from cgroupfs.mounts import MOUNTINFO, HierarchyNotFound, detect_hierarchy

@@ -1,17 +1,11 @@
-"""The one module that opens cgroup files: path confinement, no symlinks, errno -> typed errors.
+"""The one module that opens cgroup files: one component at a time, no symlinks, errno -> typed errors.
 
 Why one choke point: every write the agent makes lands in a kernel file that can throttle or kill
-workloads, so where it may write is decided here and only here. A path is a "/"-joined string relative
-to --cgroupfs, built of validated components, and must lie beneath one of the agent's owned roots
-("cpu/kubepods", "unified/kubepods"); anything else is refused before any system call. The walk opens
-one component at a time relative to its parent with O_NOFOLLOW, so a symlink planted inside the tree
-cannot lead a write outside it, and writes never create files (a file the kernel does not offer is an
-error, which also keeps fake trees honest).
-
-Errors are classified by what the caller should do (aesthetics principles 8-9): CgroupNotFound is the
-benign "not there yet / already gone"; QuotaRefused, MemoryBelowUsage and MemswOrderRefused are kernel
-refusals that another order or a later retry may fix; CgroupPermissionError and CgroupPathRefused are
-permanent. Each names the path, the value and the reason on one line.
+workloads. Every system call on the cgroup tree is made here, and only on a path `cgroupfs.confine` has
+first confined beneath the agent's owned roots. The walk opens one component at a time relative to its
+parent with O_NOFOLLOW, so a symlink planted inside the tree cannot lead a write outside it, and writes
+never create files (a file the kernel does not offer is an error, which also keeps fake trees honest).
+The kernel's refusals become the typed errors of `cgroupfs.errors` through `cgroupfs.refusals`.
 """
 
 from __future__ import annotations
@@ -23,151 +17,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from cgroupfs.errors import DriverError
-from cgroupfs.layout import (
-    CPU_MAX,
-    CPU_PERIOD,
-    CPU_QUOTA,
-    MEMORY_CURRENT,
-    MEMORY_LIMIT,
-    MEMORY_MAX,
-    MEMORY_MEMSW,
-    MEMORY_USAGE_V1,
-)
-
-MAX_COMPONENT_BYTES: Final = 255  # NAME_MAX
-MAX_PATH_BYTES: Final = 4095  # PATH_MAX - 1
-MEMORY_MEMSW_USAGE: Final = "memory.memsw.usage_in_bytes"
+from cgroupfs.confine import OwnedRoots, split_relpath
+from cgroupfs.errors import CgroupError, CgroupNotFound, CgroupPathRefused, CgroupWriteError
+from cgroupfs.refusals import classify, rmdir_refusal, write_refusal
 
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_SIZE: Final = 65536
 _WRITE_FLAGS: Final = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC  # never O_CREAT
-
-_QUOTA_FILES: Final = frozenset({CPU_QUOTA, CPU_PERIOD, CPU_MAX})
-_USAGE_OF: Final = {
-    MEMORY_LIMIT: MEMORY_USAGE_V1,
-    MEMORY_MEMSW: MEMORY_MEMSW_USAGE,
-    MEMORY_MAX: MEMORY_CURRENT,
-}
-_PERMISSION: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
-
-
-class CgroupError(DriverError):
-    """A cgroup file operation failed. `path` is relative to --cgroupfs; `value` is what was written
-    (None for other operations); `errno` is the kernel's answer when there was one."""
-
-    def __init__(
-        self, op: str, path: str, reason: str, value: str | None = None, errno_: int | None = None
-    ) -> None:
-        self.op = op
-        self.path = path
-        self.reason = reason
-        self.value = value
-        self.errno = errno_
-        super().__init__(op, path, reason, value, errno_)
-
-    def __str__(self) -> str:
-        shown = self.path if self.path.isprintable() and self.path else repr(self.path)
-        what = f"{self.op} {shown}" if self.value is None else f"{self.op} {self.value!r} to {shown}"
-        return f"{what}: {self.reason}"
-
-
-class CgroupPathRefused(CgroupError):
-    """The path is malformed, outside the owned roots, or runs through a symlink: a bug or an attack."""
-
-
-class CgroupNotFound(CgroupError):
-    """The cgroup or file does not exist (yet, or any more): benign, retry on the next pass."""
-
-    retryable = True
-
-
-class CgroupPermissionError(CgroupError):
-    """EACCES, EPERM or EROFS: the agent lacks the rights, or the cgroup filesystem is read-only."""
-
-
-class CgroupWriteError(CgroupError):
-    """The kernel refused a write or a directory operation for another reason."""
-
-
-class QuotaRefused(CgroupWriteError):
-    """EINVAL on a CFS quota or period: the hierarchy's quota/period ratios would be violated."""
-
-    retryable = True
-
-
-class MemoryBelowUsage(CgroupWriteError):
-    """EBUSY on a memory limit: the new limit is below usage the kernel could not reclaim."""
-
-    retryable = True
-
-    def __init__(self, op: str, path: str, reason: str, value: str | None, usage: int | None) -> None:
-        super().__init__(op, path, reason, value, errno.EBUSY)
-        self.usage = usage
-
-
-class MemswOrderRefused(CgroupWriteError):
-    """EINVAL on a v1 memory or memory+swap limit: memory must stay <= memory+swap."""
-
-    retryable = True
-
-
-def split_relpath(relpath: str, op: str = "use") -> tuple[str, ...]:
-    """The components of a path relative to --cgroupfs ("" is the top), each checked to be a plain name.
-
-    Refused: absolute paths, empty, "." and ".." components, NUL and newline, names the kernel could
-    not hold (over 255 bytes, or not encodable).
-    """
-    if not isinstance(relpath, str):
-        raise CgroupPathRefused(op, repr(relpath), "path is not a string")
-    if relpath == "":
-        return ()
-    if relpath.startswith("/"):
-        raise CgroupPathRefused(op, relpath, "absolute path; paths are relative to --cgroupfs")
-    if "\0" in relpath or "\n" in relpath:
-        raise CgroupPathRefused(op, relpath, "path holds a NUL or newline")
-    ascii_only = relpath.isascii()  # then a character is a byte: no encoding needed to measure
-    try:
-        size = len(relpath) if ascii_only else len(os.fsencode(relpath))
-    except UnicodeError:
-        raise CgroupPathRefused(op, relpath, "path is not encodable as a file name") from None
-    if size > MAX_PATH_BYTES:
-        raise CgroupPathRefused(op, relpath, f"path longer than {MAX_PATH_BYTES} bytes")
-    parts = tuple(relpath.split("/"))
-    for part in parts:
-        if part in ("", ".", ".."):
-            raise CgroupPathRefused(op, relpath, f"path component {part!r} is not a plain name")
-        if (len(part) if ascii_only else len(os.fsencode(part))) > MAX_COMPONENT_BYTES:
-            raise CgroupPathRefused(op, relpath, f"path component longer than {MAX_COMPONENT_BYTES} bytes")
-    return parts
-
-
-def _errno_name(code: int | None) -> str:
-    return errno.errorcode.get(code or 0, f"errno {code}")
-
-
-def _oserror(op: str, relpath: str, err: OSError, value: str | None = None) -> CgroupError:
-    """The classification shared by every operation; writes refine it in `CgroupFiles._write_error`."""
-    code = err.errno
-    detail = f"{_errno_name(code)}: {err.strerror or err}"
-    if code == errno.ENOENT:
-        return CgroupNotFound(op, relpath, f"does not exist ({detail})", value, code)
-    if code in _PERMISSION:
-        return CgroupPermissionError(
-            op,
-            relpath,
-            f"not permitted ({detail}); the agent needs root and a read-write cgroup mount",
-            value,
-            code,
-        )
-    if code == errno.ELOOP:
-        return CgroupPathRefused(
-            op, relpath, f"is a symlink, which is never followed ({detail})", value, code
-        )
-    if op == "read":
-        return CgroupError(op, relpath, detail, value, code)
-    return CgroupWriteError(op, relpath, detail, value, code)
 
 
 class _Walker:
@@ -181,7 +38,7 @@ class _Walker:
         try:
             fd = os.open(self.cgroupfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as err:
-            raise _oserror(op, relpath, err, value) from err
+            raise classify(op, relpath, err, value) from err
         for i, part in enumerate(parts):
             try:
                 nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
@@ -202,7 +59,7 @@ class _Walker:
                     raise CgroupNotFound(
                         op, relpath, f"cgroup {where} does not exist", value, err.errno
                     ) from err
-                raise _oserror(op, relpath, err, value) from err
+                raise classify(op, relpath, err, value) from err
             os.close(fd)
             fd = nfd
         return fd
@@ -226,7 +83,7 @@ class _Walker:
         except OSError as err:
             if err.errno == errno.ENOENT:
                 return None
-            raise _oserror("read", relpath, err) from err
+            raise classify("read", relpath, err) from err
         try:
             data = os.read(fd, _READ_SIZE)
             if data:  # the end is the read that returns nothing (a short read is not the end of a kernel file)
@@ -235,7 +92,7 @@ class _Walker:
         except OSError as err:
             if err.errno == errno.ENODEV:  # the cgroup was removed while we read
                 return None
-            raise _oserror("read", relpath, err) from err
+            raise classify("read", relpath, err) from err
         finally:
             os.close(fd)
         return data.decode("utf-8", errors="replace")
@@ -289,7 +146,7 @@ class _Walker:
             with os.scandir(fd) as it:
                 return tuple(sorted(e.name for e in it if e.is_dir(follow_symlinks=False)))
         except OSError as err:
-            raise _oserror("list", relpath, err) from err
+            raise classify("list", relpath, err) from err
         finally:
             os.close(fd)
 
@@ -336,18 +193,6 @@ class _OpenPath:
         return self._fds[-1]
 
 
-def _name_size(name: str) -> int | None:
-    """The size in bytes of a plain file name (one path component as `split_relpath` accepts it); None for
-    anything else."""
-    try:
-        parts = split_relpath(name, "read")
-    except CgroupPathRefused:
-        return None
-    if len(parts) != 1:
-        return None
-    return len(name) if name.isascii() else len(os.fsencode(name))
-
-
 def _is_symlink(dir_fd: int, name: str) -> bool:
     try:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
@@ -378,83 +223,27 @@ class CgroupFiles(_Walker):
 
     def __init__(self, cgroupfs: Path, owned_roots: Iterable[str]) -> None:
         super().__init__(cgroupfs)
-        roots = tuple(owned_roots)
-        self._roots: tuple[tuple[str, ...], ...] = tuple(split_relpath(r, "own") for r in roots)
-        if any(not r for r in self._roots):
-            raise ValueError("an owned root cannot be the whole cgroup tree")
-        self.owned_roots = roots
+        self._owned = OwnedRoots(owned_roots)
+        self.owned_roots = self._owned.names
         self.writes = 0
-
-    def _confine(self, op: str, relpath: str, *, is_file: bool, value: str | None = None) -> tuple[str, ...]:
-        """The validated components of `relpath` if it lies beneath an owned root (a directory may also
-        be the root itself); raises CgroupPathRefused otherwise, before any system call."""
-        parts = split_relpath(relpath, op)
-        for root in self._roots:
-            if parts[: len(root)] == root and (len(parts) > len(root) or not is_file):
-                return parts
-        owned = ", ".join(self.owned_roots) or "nothing"
-        raise CgroupPathRefused(op, relpath, f"outside the cgroups this agent owns ({owned})", value)
 
     def read(self, relpath: str) -> str | None:
         """The file's text, None when the file or its cgroup does not exist."""
-        return self._read(relpath, self._confine("read", relpath, is_file=True))
+        return self._read(relpath, self._owned.confine("read", relpath, is_file=True))
 
     def read_many(self, relpaths: Iterable[str]) -> tuple[dict[str, str | None], dict[str, bool]]:
         """Read many files at once: their texts (None when absent) and whether each directory exists.
 
         Each path is confined as `read` confines it, before any file is opened; the first one refused (in
         the given order) raises what `read` would raise for it."""
-        return self._read_grouped(self._confine_files(relpaths))
-
-    def _confine_files(self, relpaths: Iterable[str]) -> dict[tuple[str, ...], list[tuple[str, str]]]:
-        """The files grouped by their directory's components, each path confined exactly as `_confine`
-        confines a file. A node's tens of thousands of paths lie in a few thousand directories and bear a
-        dozen names: each directory and each name is checked once, and a path only for its total size.
-        Anything the shortcut does not accept goes through `_confine`, which names the path and the reason."""
-        dirs: dict[str, tuple[tuple[str, ...], int] | None] = {}
-        names: dict[str, int | None] = {}
-        groups: dict[tuple[str, ...], list[tuple[str, str]]] = {}
-        for relpath in relpaths:
-            if isinstance(relpath, str):
-                directory, _, name = relpath.rpartition("/")
-                if directory not in dirs:
-                    dirs[directory] = self._owned_dir(directory, dirs)
-                if name not in names:
-                    names[name] = _name_size(name)
-                owned, size = dirs[directory], names[name]
-                if owned is not None and size is not None and owned[1] + 1 + size <= MAX_PATH_BYTES:
-                    groups.setdefault(owned[0], []).append((relpath, name))
-                    continue
-            parts = self._confine("read", relpath, is_file=True)  # the whole check: a refusal names path and reason
-            groups.setdefault(parts[:-1], []).append((relpath, parts[-1]))
-        return groups
-
-    def _owned_dir(
-        self, directory: str, known: Mapping[str, tuple[tuple[str, ...], int] | None]
-    ) -> tuple[tuple[str, ...], int] | None:
-        """The components and size in bytes of a directory beneath an owned root (or the root itself), which
-        may hold the files the agent reads; None for any other. Below a directory already `known` to be
-        owned, only the last component is checked."""
-        parent, _, last = directory.rpartition("/")
-        above = known.get(parent) if parent else None
-        size = _name_size(last) if above is not None else None
-        if above is not None and size is not None:
-            total = above[1] + 1 + size
-            return ((*above[0], last), total) if total <= MAX_PATH_BYTES else None
-        try:
-            parts = split_relpath(directory, "read")
-        except CgroupPathRefused:
-            return None
-        if not any(parts[: len(root)] == root for root in self._roots):
-            return None
-        return parts, len(directory) if directory.isascii() else len(os.fsencode(directory))
+        return self._read_grouped(self._owned.confine_files(relpaths))
 
     def open_files(self, relpaths: Sequence[str]) -> list[int | None]:
         """Read-only descriptors of files, in order (None for a file the kernel does not offer), for a
         caller that reads the same counters every second and keeps them open to pread them; the caller
         closes them. Each path is confined as for `read` and its directory walked once, one component at
         a time with O_NOFOLLOW. A missing cgroup raises CgroupNotFound; on any error nothing stays open."""
-        confined = [(r, self._confine("read", r, is_file=True)) for r in relpaths]
+        confined = [(r, self._owned.confine("read", r, is_file=True)) for r in relpaths]
         fds: list[int | None] = []
         dirs: dict[tuple[str, ...], int] = {}
         try:
@@ -467,7 +256,7 @@ class CgroupFiles(_Walker):
                 except FileNotFoundError:
                     fds.append(None)
                 except OSError as err:
-                    raise _oserror("read", rel, err) from err
+                    raise classify("read", rel, err) from err
         except BaseException:
             for fd in fds:
                 if fd is not None:
@@ -479,15 +268,15 @@ class CgroupFiles(_Walker):
         return fds
 
     def exists(self, reldir: str) -> bool:
-        return self._exists(reldir, self._confine("exists", reldir, is_file=False))
+        return self._exists(reldir, self._owned.confine("exists", reldir, is_file=False))
 
     def children(self, reldir: str) -> tuple[str, ...]:
         """The names of the child cgroups, sorted (for depth-first removal and orphan collection)."""
-        return self._children(reldir, self._confine("list", reldir, is_file=False))
+        return self._children(reldir, self._owned.confine("list", reldir, is_file=False))
 
     def write(self, relpath: str, value: str) -> None:
         """Write `value` to an existing kernel file in one write(2); raise a typed CgroupError on refusal."""
-        parts = self._confine("write", relpath, is_file=True, value=value)
+        parts = self._owned.confine("write", relpath, is_file=True, value=value)
         if "\0" in value:
             raise CgroupWriteError("write", relpath, "the value holds a NUL byte", value)
         data = value.encode()
@@ -511,7 +300,7 @@ class CgroupFiles(_Walker):
     def mkdir(self, reldir: str) -> bool:
         """Create one cgroup (its parent must exist); False if it was already there. Used for QoS tiers
         only when the settings ask for it, and by tests."""
-        parts = self._confine("mkdir", reldir, is_file=False)
+        parts = self._owned.confine("mkdir", reldir, is_file=False)
         dfd = self._open_dir("mkdir", reldir, parts[:-1])
         try:
             os.mkdir(parts[-1], 0o755, dir_fd=dfd)
@@ -519,28 +308,19 @@ class CgroupFiles(_Walker):
             os.close(self._open_dir("mkdir", reldir, parts))  # refuses a symlink or file in its place
             return False
         except OSError as err:
-            raise _oserror("mkdir", reldir, err) from err
+            raise classify("mkdir", reldir, err) from err
         finally:
             os.close(dfd)
         return True
 
     def rmdir(self, reldir: str) -> None:
         """Remove one empty cgroup (no processes, no children); CgroupNotFound if it is gone."""
-        parts = self._confine("rmdir", reldir, is_file=False)
+        parts = self._owned.confine("rmdir", reldir, is_file=False)
         dfd = self._open_dir("rmdir", reldir, parts[:-1])
         try:
             os.rmdir(parts[-1], dir_fd=dfd)
         except OSError as err:
-            if err.errno in (errno.EBUSY, errno.ENOTEMPTY):
-                raise CgroupWriteError(
-                    "rmdir",
-                    reldir,
-                    f"the cgroup still has processes or child cgroups ({_errno_name(err.errno)})",
-                    errno_=err.errno,
-                ) from err
-            if err.errno == errno.ENOTDIR:
-                raise CgroupPathRefused("rmdir", reldir, "not a cgroup directory", errno_=err.errno) from err
-            raise _oserror("rmdir", reldir, err) from err
+            raise rmdir_refusal(reldir, err) from err
         finally:
             os.close(dfd)
 
@@ -553,46 +333,4 @@ class CgroupFiles(_Walker):
             return None
 
     def _write_error(self, relpath: str, parts: tuple[str, ...], value: str, err: OSError) -> CgroupError:
-        name, code = parts[-1], err.errno
-        if code == errno.ENOENT:
-            return CgroupNotFound(
-                "write",
-                relpath,
-                "no such file in this cgroup (the kernel does not offer it here)",
-                value,
-                code,
-            )
-        if code == errno.EBUSY and name in _USAGE_OF:
-            usage = self._sibling_int(parts, _USAGE_OF[name])
-            shown = f"{usage} bytes ({usage / (1 << 20):.1f} MiB)" if usage is not None else "unknown"
-            return MemoryBelowUsage(
-                "write",
-                relpath,
-                f"EBUSY: the new limit is below the cgroup's current usage of {shown}, "
-                "which the kernel could not reclaim",
-                value,
-                usage,
-            )
-        if code == errno.EINVAL and name in _QUOTA_FILES:
-            return QuotaRefused(
-                "write",
-                relpath,
-                "EINVAL: a child cgroup's quota/period may be above the new value, or quota and period "
-                "were written in the wrong order (grow parents first, shrink children first), "
-                "or the value is out of range",
-                value,
-                code,
-            )
-        if code == errno.EINVAL and name in (MEMORY_LIMIT, MEMORY_MEMSW):
-            other = MEMORY_MEMSW if name == MEMORY_LIMIT else MEMORY_LIMIT
-            bound = self._sibling_int(parts, other)
-            if bound is not None:
-                rule = (
-                    "memory must stay <= memory+swap; raise memory.memsw.limit_in_bytes first"
-                    if name == MEMORY_LIMIT
-                    else "memory+swap must stay >= memory; lower memory.limit_in_bytes first"
-                )
-                return MemswOrderRefused(
-                    "write", relpath, f"EINVAL: {rule} (now {other} = {bound})", value, code
-                )
-        return _oserror("write", relpath, err, value)
+        return write_refusal(relpath, parts[-1], value, err, lambda name: self._sibling_int(parts, name))

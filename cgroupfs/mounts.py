@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Final
 
-from cgroupfs.errors import DriverError
-from cgroupfs.files import CgroupError, TreeReader
+from cgroupfs.errors import CgroupError, DriverError
+from cgroupfs.files import TreeReader
 from cgroupfs.layout import Hierarchy
 
 MOUNTINFO: Final = Path("/proc/self/mountinfo")

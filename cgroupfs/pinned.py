@@ -26,7 +26,8 @@ import resource
 from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
-from cgroupfs.files import CgroupError, CgroupFiles, CgroupNotFound
+from cgroupfs.errors import CgroupError, CgroupNotFound
+from cgroupfs.files import CgroupFiles
 
 READ_SIZE: Final = 65536
 WANTED_NOFILE: Final = 65536

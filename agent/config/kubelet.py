@@ -2,7 +2,7 @@
 
 Why: the agent must use the kubelet's cgroup driver, root, reservations and QoS settings, and an operator
 who types them twice will one day type them differently. With `kubeletConfig` set (the DaemonSet mounts
-the node's `/var/lib/kubelet/config.yaml` read-only), every key of `agent.config.settings.KUBELET_KEYS` that the
+the node's `/var/lib/kubelet/config.yaml` read-only), every key of `agent.config.keys.KUBELET_KEYS` that the
 agent's own config and flags leave unset is taken from that file; one set explicitly wins, and a
 disagreement is reported once (`Settings.kubelet_conflicts`), never silently resolved.
 """
@@ -14,7 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agent.config.settings import KUBELET_KEYS, ConfigError, Settings, convert_key, validate
+from agent.config.keys import KUBELET_KEYS, convert_key
+from agent.config.settings import ConfigError, Settings, validate
 
 
 def read_kubelet_config(path: Path) -> Mapping[str, Any]:

@@ -1,6 +1,6 @@
 """What the agent knows of the runtime's objects: plain frozen data, never protobuf messages.
 
-`agent.cri.client` converts at the gRPC edge; everything else in the agent imports these.
+`agent.cri.convert` converts at the gRPC edge; everything else in the agent imports these.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from agent.core.model import ContainerID, ContainerValues
 from agent.core.plan import CgroupStep, Plan, RestartStep, Step
-from cgroupfs.files import MemoryBelowUsage
+from cgroupfs.errors import MemoryBelowUsage
 
 STOP_GRACE_S = 30  # the kubelet's default terminationGracePeriodSeconds
 

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from cgroupfs.files import CgroupFiles, CgroupNotFound
+from cgroupfs.errors import CgroupNotFound
+from cgroupfs.files import CgroupFiles
 from cgroupfs.layout import Hierarchy, RenderOptions, canonical, cgroup_directory, render
 from cgroupfs.types import CgroupName, CgroupValues, Controller, DriverKind
 from tests.fakes.cgroup_tree import FakeCgroupTree

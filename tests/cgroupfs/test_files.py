@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cgroupfs.files import (
+from cgroupfs.confine import split_relpath
+from cgroupfs.errors import (
     CgroupError,
-    CgroupFiles,
     CgroupNotFound,
     CgroupPathRefused,
     CgroupPermissionError,
@@ -20,9 +20,8 @@ from cgroupfs.files import (
     MemoryBelowUsage,
     MemswOrderRefused,
     QuotaRefused,
-    TreeReader,
-    split_relpath,
 )
+from cgroupfs.files import CgroupFiles, TreeReader
 from cgroupfs.types import CgroupName, DriverKind
 from tests.fakes.cgroup_tree import FakeCgroupTree
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cgroupfs.files import CgroupError, CgroupFiles
+from cgroupfs.errors import CgroupError
+from cgroupfs.files import CgroupFiles
 from cgroupfs.types import CgroupName
 from tests.fakes.cgroup_tree import FakeCgroupTree
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from cgroupfs.convert import V1_UNLIMITED_READBACK, page_round
-from cgroupfs.files import (
+from cgroupfs.errors import (
     CgroupNotFound,
     CgroupPathRefused,
     MemoryBelowUsage,

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from cgroupfs.files import CgroupError, CgroupFiles, CgroupPathRefused
+from cgroupfs.errors import CgroupError, CgroupPathRefused
+from cgroupfs.files import CgroupFiles
 from cgroupfs.pinned import PinnedFiles
 from tests.fakes.cgroup_tree import FakeCgroupTree
 

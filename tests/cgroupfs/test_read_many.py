@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cgroupfs.files import CgroupFiles, CgroupPathRefused
+from cgroupfs.errors import CgroupPathRefused
+from cgroupfs.files import CgroupFiles
 from cgroupfs.types import CgroupName
 from tests.fakes.cgroup_tree import FakeCgroupTree
 

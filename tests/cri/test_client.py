@@ -11,17 +11,10 @@ import pytest
 
 from agent.core.model import UNLIMITED, ContainerID, ContainerValues, HugepageLimit
 from agent.cri import errors
-from agent.cri.client import (
-    CRIClient,
-    NoRuntimeSocket,
-    RetryPolicy,
-    autodetect_endpoint,
-    linux_from_values,
-    normalize_endpoint,
-    parse_verbose_info,
-    socket_path,
-    values_from_linux,
-)
+from agent.cri.channel import RetryPolicy
+from agent.cri.client import CRIClient
+from agent.cri.convert import linux_from_values, parse_verbose_info, values_from_linux
+from agent.cri.endpoint import NoRuntimeSocket, autodetect_endpoint, normalize_endpoint, socket_path
 from agent.cri.lookup import find_pod_containers
 from agent.cri.types import ContainerState
 from agent.cri.v1 import api_pb2 as pb

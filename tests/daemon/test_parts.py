@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from agent.config.settings import ConfigError, Settings, from_mapping, parse_allocatable
+from agent.config.settings import ConfigError, Settings, from_mapping
+from agent.config.values import parse_allocatable
 from agent.core.ownership import Owner, Thing, resolve
 from agent.daemon.drift import Action, DriftTracker
 from agent.infra.queue import TIERS, ShutDown, WorkQueue

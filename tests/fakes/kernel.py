@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from cgroupfs.files import CgroupError, CgroupFiles, CgroupNotFound
+from cgroupfs.errors import CgroupError, CgroupNotFound
+from cgroupfs.files import CgroupFiles
 from cgroupfs.layout import Hierarchy
 from cgroupfs.mounts import HierarchyNotFound, detect_hierarchy
 

@@ -17,7 +17,7 @@ from agent.core.plan import build_plan
 from agent.pipeline.apply import reconcile_once
 from agent.pipeline.execute import execute, file_runner
 from cgroupfs import layout
-from cgroupfs.files import MemoryBelowUsage, QuotaRefused
+from cgroupfs.errors import MemoryBelowUsage, QuotaRefused
 from tests.fakes.kernel import KernelRoot
 from tests.unit.podbuild import ctr, pod
 

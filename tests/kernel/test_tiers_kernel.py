@@ -41,7 +41,7 @@ from agent.resize.engine import PassReport, ResizeEngine
 from agent.resize.state import Timing
 from agent.resize.store import PodStore
 from agent.resize.types import ResizeState
-from cgroupfs.files import CgroupError
+from cgroupfs.errors import CgroupError
 from tests.fakes.fake_cri import FakeContainer, FakeCRI, Refuse
 from tests.fakes.kernel import KernelRoot
 from tests.unit.podbuild import ctr, pod

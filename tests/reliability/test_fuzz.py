@@ -16,7 +16,7 @@ from agent.commands.main import main
 from agent.config.settings import ConfigError, from_mapping
 from agent.core.compute import ComputeConfig, PodComputeError, compute_pod
 from agent.core.model import UNLIMITED
-from agent.cri.client import parse_verbose_info, values_from_linux
+from agent.cri.convert import parse_verbose_info, values_from_linux
 from agent.cri.v1 import api_pb2 as pb
 from agent.infra.errors import AgentError, user_message
 from agent.pods.parse import PodParseError, parse_pod

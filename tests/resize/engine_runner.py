@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.config.settings import Settings, parse_allocatable
+from agent.config.settings import Settings
+from agent.config.values import parse_allocatable
 from agent.core.model import ContainerID, ContainerValues
 from agent.core.plan import CgroupStep
 from agent.cri.client import CRIClient

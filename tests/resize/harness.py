@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agent.config.settings import Settings, parse_allocatable
+from agent.config.settings import Settings
+from agent.config.values import parse_allocatable
 from agent.core.compute import compute_pod
 from agent.core.compute.container import compute_container
 from agent.core.model import ContainerID, ContainerValues, PodView

@@ -24,7 +24,7 @@ from agent.daemon.gate import Gate
 from agent.pipeline.execute import CgroupStepRunner, file_runner
 from agent.resize.engine import ResizeEngine
 from agent.resize.types import ResizeState
-from cgroupfs.files import MemoryBelowUsage
+from cgroupfs.errors import MemoryBelowUsage
 from tests.fakes.cgroup_tree import FakeCgroupTree
 from tests.fakes.fake_cri import running_fake_cri
 from tests.resize.harness import GI, MI, Event, ResizeNode, ctr, manifest

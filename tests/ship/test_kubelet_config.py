@@ -10,8 +10,9 @@ import pytest
 
 from agent.commands.arguments import build_settings, parser
 from agent.commands.main import main
+from agent.config.keys import KUBELET_KEYS
 from agent.config.kubelet import merge_kubelet
-from agent.config.settings import KUBELET_KEYS, ConfigError, Settings
+from agent.config.settings import ConfigError, Settings
 from agent.core.model import Resources
 from cgroupfs.types import DriverKind
 

@@ -1,5 +1,5 @@
 """The pure core opens no files and starts no processes (import-linter checks its imports; this checks
-the calls that need no import: open(), and pathlib/os I/O)."""
+the calls that need no import: open(), and pathlib/os I/O); in cgroupfs/, one module opens cgroup files."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ CORE = [
     *sorted(p for p in (ROOT / "agent" / "vpa").glob("*.py") if p.name not in SHELL_OF_A_FEATURE),
     *sorted((ROOT / "agent" / "rollout").glob("*.py")),
     *(ROOT / "agent" / "recommender" / n for n in ("histogram.py", "model.py", "estimate.py", "counters.py", "state.py")),
-    *(ROOT / "cgroupfs" / n for n in ("types.py", "naming.py", "layout.py", "convert.py")),
+    *(ROOT / "cgroupfs" / n for n in ("types.py", "naming.py", "layout.py", "convert.py", "confine.py", "refusals.py")),
 ]
 
 IO_CALLS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "mkdir", "rmdir", "unlink", "listdir", "scandir", "iterdir", "system", "popen"}
@@ -40,3 +40,23 @@ def test_the_core_list_names_the_modules_that_exist() -> None:
     assert all(p.is_file() for p in CORE)
     assert {p.parent.name for p in CORE} >= {"core", "compute", "plan", "sources", "vpa", "rollout", "recommender"}
     assert all((ROOT / "agent" / "vpa" / n).is_file() for n in SHELL_OF_A_FEATURE)
+
+
+DESCRIPTOR_CALLS = {"open", "write", "mkdir", "rmdir"}  # os.* calls that reach a file by name or write one
+
+
+def test_only_cgroupfs_files_opens_cgroup_files() -> None:
+    # the choke point of every write into the cgroup tree (SECURITY.md): no other module of the driver
+    # makes the calls its confined, no-symlink walk makes
+    callers = []
+    for path in sorted((ROOT / "cgroupfs").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            fn = node.func if isinstance(node, ast.Call) else None
+            if (
+                isinstance(fn, ast.Attribute)
+                and isinstance(fn.value, ast.Name)
+                and fn.value.id == "os"
+                and fn.attr in DESCRIPTOR_CALLS
+            ):
+                callers.append(str(path.relative_to(ROOT)))
+    assert set(callers) == {"cgroupfs/files.py"}

@@ -19,9 +19,9 @@ from cgroupfs.errors import DriverError
 
 TEMPORARY = {
     "agent.cri.errors.Unavailable", "agent.cri.errors.DeadlineExceeded", "agent.cri.errors.RuntimeFailure",
-    "agent.cri.client.NoRuntimeSocket", "agent.kube.errors.APIGone", "agent.kube.errors.APIConflict",
-    "agent.kube.errors.APIUnavailable", "cgroupfs.files.CgroupNotFound", "cgroupfs.files.QuotaRefused",
-    "cgroupfs.files.MemoryBelowUsage", "cgroupfs.files.MemswOrderRefused", "cgroupfs.systemd.bus.NoSuchUnit",
+    "agent.cri.endpoint.NoRuntimeSocket", "agent.kube.errors.APIGone", "agent.kube.errors.APIConflict",
+    "agent.kube.errors.APIUnavailable", "cgroupfs.errors.CgroupNotFound", "cgroupfs.errors.QuotaRefused",
+    "cgroupfs.errors.MemoryBelowUsage", "cgroupfs.errors.MemswOrderRefused", "cgroupfs.systemd.bus.NoSuchUnit",
     "cgroupfs.systemd.bus.BusUnavailable", "agent.infra.errors.TemporaryError",
     "agent.cri.errors.MemoryBelowUsage", "agent.cri.errors.QuotaRefused",
 }
@@ -60,7 +60,7 @@ def test_each_class_is_temporary_or_permanent_as_listed(name: str) -> None:
     [
         (__import__("agent.config.settings", fromlist=["ConfigError"]).ConfigError(["a: bad", "b: worse"]), "invalid configuration: a: bad; b: worse", False),
         (__import__("agent.pods.parse", fromlist=["PodParseError"]).PodParseError("ns/p", "metadata.uid is missing"), "ns/p: metadata.uid is missing", False),
-        (__import__("cgroupfs.files", fromlist=["CgroupNotFound"]).CgroupNotFound("write", "cpu/kubepods/x/cpu.shares", "no such cgroup", "2", errno.ENOENT),
+        (__import__("cgroupfs.errors", fromlist=["CgroupNotFound"]).CgroupNotFound("write", "cpu/kubepods/x/cpu.shares", "no such cgroup", "2", errno.ENOENT),
          "write '2' to cpu/kubepods/x/cpu.shares: no such cgroup", True),
         (__import__("agent.cri.errors", fromlist=["Unavailable"]).Unavailable("UpdateContainerResources", "UNAVAILABLE", "connection refused", "ab" * 32),
          f"CRI UpdateContainerResources for container {'ab' * 32} failed (UNAVAILABLE): connection refused", True),
