@@ -9,7 +9,7 @@ import pytest
 from cgroupfs.files import CgroupFiles, CgroupNotFound
 from cgroupfs.layout import Hierarchy, RenderOptions, canonical, cgroup_directory, render
 from cgroupfs.types import CgroupName, CgroupValues, Controller, DriverKind
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 KUBEPODS = CgroupName(("kubepods",))
 POD = CgroupName(("kubepods", "burstable", "pod1234-ab"))

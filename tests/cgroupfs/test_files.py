@@ -24,7 +24,7 @@ from cgroupfs.files import (
     split_relpath,
 )
 from cgroupfs.types import CgroupName, DriverKind
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 BURSTABLE = CgroupName(("kubepods", "burstable"))
 POD = BURSTABLE.child("pod1234-ab")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from cgroupfs.files import CgroupError, CgroupFiles
 from cgroupfs.types import CgroupName
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 OWNED = "cpu/kubepods"
 

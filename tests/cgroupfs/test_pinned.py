@@ -15,7 +15,7 @@ import pytest
 
 from cgroupfs.files import CgroupError, CgroupFiles, CgroupPathRefused
 from cgroupfs.pinned import PinnedFiles
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 POD = "kubepods/burstable/pod1"
 V1_GROUP = (

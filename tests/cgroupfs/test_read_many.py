@@ -9,7 +9,7 @@ import pytest
 
 from cgroupfs.files import CgroupFiles, CgroupPathRefused
 from cgroupfs.types import CgroupName
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 
 def test_read_many_matches_read_and_reports_directories(
