@@ -1,7 +1,7 @@
 """Figure 5: the daemon with 1,000 pods — event -> applied latency, RSS and idle CPU (psutil).
 
 A generated node of 1,000 pods is written as a converged fake cgroup tree on disk (real file I/O, not
-the kernel's files); the fake CRI server (tests.fakes.fake_cri) runs in this process and knows every
+the kernel's files); the fake CRI server (tests.support.fake_cri) runs in this process and knows every
 container, mirroring each UpdateContainerResources into the tree as runc would. The daemon runs in its
 own process (`bench.daemon_child`, wired as `agent.daemon.run`), once per kind of node: `bare` (no
 kubelet that resizes: the agent owns everything) and `kubelet` (kubeletVersion v1.36: the kubelet
@@ -39,7 +39,9 @@ from bench.stats import summary
 from cgroupfs import layout
 from cgroupfs.convert import V1_UNLIMITED_READBACK
 from cgroupfs.layout import RenderOptions
-from tests.fakes.fake_cri import FakeContainer, FakeRuntimeService, running_fake_cri
+from tests.support.fake_cri.servicer import FakeRuntimeService
+from tests.support.fake_cri.serving import running_fake_cri
+from tests.support.fake_cri.state import FakeContainer
 
 ROOT = Path(__file__).resolve().parents[1]
 N_PODS = 1000

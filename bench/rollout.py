@@ -2,8 +2,8 @@
 and the API requests of a node with nothing to roll out.
 
 A StatefulSet of 8 pods on one node (OnDelete, the opt-in annotation, the readiness gate), served by the
-fake API server (tests/daemon/fakeapi.py), with the fake kubelet and StatefulSet controller of the tests
-(tests/daemon/rollout_fakes.py: a container whose image changed restarts within 50 ms, a deleted pod is
+fake API server (tests/support/fakeapi/), with the fake kubelet and StatefulSet controller of the tests
+(tests/support/rollout_fakes.py: a container whose image changed restarts within 50 ms, a deleted pod is
 recreated at the update revision). The daemon runs as `kube-cgroup-agent run` in its own process
 (observe-only for cgroups: only the rollout acts). Every request the daemon sends is counted at the
 server, watches excluded (long-lived streams); the fake kubelet's changes are not requests.
@@ -29,8 +29,11 @@ from typing import Any
 import yaml
 
 from bench.daemon import ROOT
-from tests.daemon.fakeapi import FakeAPIServer, FakeCluster, Recorded
-from tests.daemon.rollout_fakes import (
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fakeapi.cluster import FakeCluster
+from tests.support.fakeapi.protocol import Recorded
+from tests.support.fakeapi.server import FakeAPIServer
+from tests.support.rollout_fakes import (
     REV_API,
     STS_API,
     FakeKubelet,
@@ -40,7 +43,6 @@ from tests.daemon.rollout_fakes import (
     sts_revision,
     sts_template,
 )
-from tests.fakes.cgroup_tree import FakeCgroupTree
 
 NODE = "node-1"
 PODS = 8

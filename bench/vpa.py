@@ -2,7 +2,7 @@
 the daemon's CPU time and the time until the container's cgroup holds the new value.
 
 Figure 5's node (1,000 generated pods on a converged fake cgroup tree on disk, the fake CRI server
-mirroring container updates into it), served this time by the fake API server (tests/daemon/fakeapi.py):
+mirroring container updates into it), served this time by the fake API server (tests/support/fakeapi/):
 the pods bound to the node, each owned by one of 200 ReplicaSets of 200 Deployments, each with a VPA that
 opts in. The daemon runs as `kube-cgroup-agent run` in its own process (bare node: the agent's engine
 applies). Steady state: every VPA has a recommendation the updater would not act on (inside its bounds,
@@ -27,7 +27,8 @@ import psutil
 from agent.pods.quantity import to_milli
 from bench.daemon import ROOT, _container_paths, fake_node
 from bench.stats import summary
-from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
+from tests.support.fakeapi.cluster import FakeCluster
+from tests.support.fakeapi.server import FakeAPIServer
 
 N_VPAS = 200
 CHANGES = 20

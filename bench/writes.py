@@ -12,7 +12,7 @@ and memory hierarchies, with the pod cgroups made beforehand as the kubelet woul
   component with openat, errors typed) against a bare `os.open/os.write/os.close` of the same file with
   the same value.
 
-The root is removed afterwards, also on failure (`tests.fakes.kernel.KernelRoot`). Needs root and the
+The root is removed afterwards, also on failure (`tests.support.kernel.KernelRoot`). Needs root and the
 v1 cpu and memory hierarchies; otherwise the figure records why it was skipped.
 """
 
@@ -39,7 +39,7 @@ from bench.gen import make_pod
 from bench.memtree import allocatable_for
 from bench.stats import summary
 from cgroupfs import layout
-from tests.fakes.kernel import CGROUPFS, KernelRoot, skip_reason
+from tests.support.kernel import CGROUPFS, KernelRoot, skip_reason
 
 N_PODS = 30
 CHANGED_PODS = 3

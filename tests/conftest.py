@@ -9,17 +9,11 @@ from typing import Any
 
 import pytest
 
-from tests.backends import (
-    FACTORIES,
-    SKIP_REASONS,
-    SYSTEMD_FACTORIES,
-    SYSTEMD_SKIP_REASONS,
-    Backend,
-    SystemdBackend,
-)
-from tests.fakes.cgroup_tree import FakeCgroupTree, Mode
-from tests.fakes.fake_cri import FakeCRI, running_fake_cri
-from tests.fakes.kernel import KernelRoot, skip_reason
+from tests.backends.cgroupfs_trees import FACTORIES, SKIP_REASONS, Backend
+from tests.backends.systemd_trees import SYSTEMD_FACTORIES, SYSTEMD_SKIP_REASONS, SystemdBackend
+from tests.support.cgroup_tree import FakeCgroupTree, Mode
+from tests.support.fake_cri.serving import FakeCRI, running_fake_cri
+from tests.support.kernel import KernelRoot, skip_reason
 
 
 @pytest.fixture
@@ -50,7 +44,7 @@ def kernel_root() -> Iterator[KernelRoot]:
 
 @pytest.fixture
 def fake_cri(tmp_path: Path) -> Iterator[FakeCRI]:
-    """An in-process fake CRI runtime (tests/fakes/fake_cri.py) serving on unix:<tmp_path>/cri.sock:
+    """An in-process fake CRI runtime (tests/support/fake_cri/) serving on unix:<tmp_path>/cri.sock:
     `fake_cri.service` holds sandboxes/containers, the call log and inject_error(); connect a
     CRIClient to `fake_cri.endpoint`."""
     with running_fake_cri(tmp_path) as fake:
@@ -71,7 +65,7 @@ _hypothesis_profile()
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """A cgroup tree for the cgroupfs driver, by id (tests/backends.py): parametrize with
+    """A cgroup tree for the cgroupfs driver, by id (tests/backends/): parametrize with
     `@pytest.mark.parametrize("backend", BACKENDS, indirect=True)`. A real one skips where it cannot run
     and is removed afterwards; nothing may be left behind."""
     reason = SKIP_REASONS.get(request.param, lambda: None)()
@@ -89,7 +83,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 def systemd_backend(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[SystemdBackend]:
-    """A systemd-run cgroup v2 tree for the systemd driver (tests/backends.py), fake or the guest's real
+    """A systemd-run cgroup v2 tree for the systemd driver (tests/backends/), fake or the guest's real
     systemd: parametrize with `@pytest.mark.parametrize("systemd_backend", SYSTEMD_BACKENDS, indirect=True)`."""
     reason = SYSTEMD_SKIP_REASONS.get(request.param, lambda: None)()
     if reason is not None:

@@ -24,7 +24,7 @@ from cgroupfs.check import (
 )
 from cgroupfs.layout import Hierarchy
 from cgroupfs.types import CgroupName, DriverKind
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 HYBRID = Hierarchy(v1={"cpu": "cpu", "memory": "memory"}, unified="unified", unified_controllers=frozenset({"hugetlb"}))
 PURE_V2 = Hierarchy(unified="", unified_controllers=frozenset({"cpu", "memory", "pids"}))

@@ -10,7 +10,7 @@ from cgroupfs.errors import CgroupNotFound
 from cgroupfs.files import CgroupFiles
 from cgroupfs.layout import Hierarchy, RenderOptions, canonical, cgroup_directory, render
 from cgroupfs.types import CgroupName, CgroupValues, Controller, DriverKind
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 KUBEPODS = CgroupName(("kubepods",))
 POD = CgroupName(("kubepods", "burstable", "pod1234-ab"))

@@ -23,7 +23,7 @@ from cgroupfs.errors import (
 )
 from cgroupfs.files import CgroupFiles, TreeReader
 from cgroupfs.types import CgroupName, DriverKind
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 BURSTABLE = CgroupName(("kubepods", "burstable"))
 POD = BURSTABLE.child("pod1234-ab")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from cgroupfs.errors import CgroupError
 from cgroupfs.files import CgroupFiles
 from cgroupfs.types import CgroupName
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 OWNED = "cpu/kubepods"
 

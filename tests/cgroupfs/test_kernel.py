@@ -1,6 +1,6 @@
 """cgroupfs.files against this host's real cgroup v1 (and hybrid unified) hierarchies.
 
-Everything happens below a private kcg-test-<random> root (see tests/fakes/kernel.py), which is
+Everything happens below a private kcg-test-<random> root (see tests/support/kernel.py), which is
 removed afterwards; processes started here are stopped by their PID.
 """
 
@@ -17,7 +17,7 @@ from cgroupfs.errors import (
     QuotaRefused,
 )
 from cgroupfs.layout import canonical
-from tests.fakes.kernel import PREFIX, KernelRoot
+from tests.support.kernel import PREFIX, KernelRoot
 
 pytestmark = pytest.mark.kernel
 

@@ -21,7 +21,7 @@ from cgroupfs.mounts import (
     unified_mount,
 )
 from cgroupfs.types import CgroupVersion, Controller
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 # Captured from this development machine (Debian 12, kernel 6.18, no systemd): v1 with cpu and cpuacct
 # mounted separately, a named systemd hierarchy, and cgroup2 at unified offering only hugetlb.

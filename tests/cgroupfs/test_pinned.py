@@ -16,7 +16,7 @@ import pytest
 from cgroupfs.errors import CgroupError, CgroupPathRefused
 from cgroupfs.files import CgroupFiles
 from cgroupfs.pinned import PinnedFiles
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 POD = "kubepods/burstable/pod1"
 V1_GROUP = (

@@ -10,7 +10,7 @@ import pytest
 from cgroupfs.errors import CgroupPathRefused
 from cgroupfs.files import CgroupFiles
 from cgroupfs.types import CgroupName
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 
 def test_read_many_matches_read_and_reports_directories(

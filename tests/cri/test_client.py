@@ -18,7 +18,8 @@ from agent.cri.endpoint import NoRuntimeSocket, autodetect_endpoint, normalize_e
 from agent.cri.lookup import find_pod_containers
 from agent.cri.types import ContainerState
 from agent.cri.v1 import api_pb2 as pb
-from tests.fakes.fake_cri import FakeContainer, FakeCRI, Refuse
+from tests.support.fake_cri.serving import FakeCRI
+from tests.support.fake_cri.state import FakeContainer, Refuse
 
 UID = "4c3b2a19-0817-4f6e-9d5c-4b3a29180704"
 OTHER_UID = "6f1c1a4e-0b7d-4f43-9a55-1d2e3f4a5b01"

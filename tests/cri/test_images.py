@@ -10,7 +10,7 @@ import pytest
 
 from agent.cri.client import CRIClient
 from agent.cri.errors import CRIError
-from tests.fakes.fake_cri import running_fake_cri
+from tests.support.fake_cri.serving import running_fake_cri
 
 
 def test_status_then_pull(tmp_path: Path) -> None:

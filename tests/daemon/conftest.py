@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.harness import Env, serving
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import FakeCRI
 from tests.resize.harness import ResizeNode
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.serving import FakeCRI
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
-"""The daemon under test, shared by the daemon tests, the reliability harness and the benchmarks (a plain
-module, not a conftest, so `python -m bench` and `python -m tests.reliability` run without pytest): the
-real `kube-cgroup-agent run` in a subprocess, against
-- a fake API server on 127.0.0.1 (tests/daemon/fakeapi.py) speaking HTTP to the real kubernetes client,
+"""The daemon under test, shared by the daemon tests and the reliability harness (a plain module, not a
+conftest, so `python -m tests.reliability` runs without pytest): the real `kube-cgroup-agent run` in a
+subprocess, against
+- a fake API server on 127.0.0.1 (tests/support/fakeapi/) speaking HTTP to the real kubernetes client,
 - a strict fake cgroup tree and the fake CRI server mirroring updates into it (tests/resize/harness.py's
   ResizeNode plays the kubelet and runc: it creates pod and container cgroups and containers),
 and helpers that wait for a condition (never for a duration) and read the daemon's JSON log.
@@ -24,11 +24,12 @@ from typing import Any
 
 import yaml
 
-from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
-from tests.fakes.fake_cri import FakeCRI
-from tests.resize.harness import GI, MI, ResizeNode
+from tests.resize.harness import ResizeNode
+from tests.support.fake_cri.serving import FakeCRI
+from tests.support.fakeapi.cluster import FakeCluster
+from tests.support.fakeapi.node import NODE, node_object
+from tests.support.fakeapi.server import FakeAPIServer
 
-NODE = "node-1"
 REPO = Path(__file__).resolve().parents[2]
 CONDITION = "kube-cgroup-agent.io/ResizeApplied"
 
@@ -48,20 +49,6 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting for {what}")
         time.sleep(0.05)
-
-
-def node_object() -> dict[str, Any]:
-    """A Node whose allocatable is 100Mi (the default hard eviction threshold) below what kubepods gets."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": NODE, "resourceVersion": "1"},
-        "status": {
-            "capacity": {"cpu": "8", "memory": str(16 * GI + 512 * MI)},
-            "allocatable": {"cpu": "8", "memory": str(16 * GI - 100 * MI)},
-            "nodeInfo": {"kubeletVersion": ""},
-        },
-    }
 
 
 def api_pod(node: ResizeNode, name: str) -> dict[str, Any]:

@@ -7,9 +7,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import grpc
 
-from tests.daemon.fakeapi import FakeCluster, Recorded
 from tests.daemon.harness import CONDITION, Env, api_pod, wait_for
-from tests.resize.harness import ctr, manifest, signature
+from tests.resize.journal import signature
+from tests.resize.manifests import ctr, manifest
+from tests.support.fakeapi.cluster import FakeCluster
+from tests.support.fakeapi.protocol import Recorded
 
 BURSTABLE_SHARES = "cpu/kubepods/burstable/cpu.shares"
 

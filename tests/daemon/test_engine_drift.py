@@ -16,9 +16,10 @@ from agent.core.ownership import resolve
 from agent.daemon.drift import DriftTracker
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.daemon.gate import Gate
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import running_fake_cri
-from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.manifests import ctr, manifest
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.serving import running_fake_cri
 
 
 @pytest.fixture

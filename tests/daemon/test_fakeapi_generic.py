@@ -10,7 +10,9 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from tests.daemon.fakeapi import FakeAPIServer, FakeCluster, json_patch, merge_patch, strategic_merge
+from tests.support.fakeapi.cluster import FakeCluster
+from tests.support.fakeapi.patches import json_patch, merge_patch, strategic_merge
+from tests.support.fakeapi.server import FakeAPIServer
 
 VPA = ("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
 

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from tests.daemon.harness import Env, api_pod, wait_for
-from tests.resize.harness import ctr, manifest
+from tests.resize.manifests import ctr, manifest
 
 LR_API = ("", "v1", "limitranges")
 RESIZE = "kube-cgroup-agent.io/resize"
@@ -116,8 +116,10 @@ def test_the_cli_reading_pods_from_the_api_reads_the_limitranges_there(tmp_path:
     import subprocess
     import sys
 
-    from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
-    from tests.daemon.harness import NODE, REPO, node_object
+    from tests.daemon.harness import REPO
+    from tests.support.fakeapi.cluster import FakeCluster
+    from tests.support.fakeapi.node import NODE, node_object
+    from tests.support.fakeapi.server import FakeAPIServer
 
     cluster = FakeCluster(node=node_object())
     pod = manifest("web", [ctr("app", req={"cpu": "100m"}, lim={"cpu": "200m"})])

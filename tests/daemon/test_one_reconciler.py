@@ -21,9 +21,10 @@ from agent.core.ownership import resolve
 from agent.daemon import select_reconciler
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.daemon.reconciler import Outcome, ResizeState
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import running_fake_cri
-from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.manifests import ctr, manifest
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.serving import running_fake_cri
 
 BURSTABLE_SHARES = "cpu/kubepods/burstable/cpu.shares"
 NO_STOP = lambda: False  # noqa: E731

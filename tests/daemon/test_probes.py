@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from tests.daemon.harness import Env, wait_for
-from tests.resize.harness import ctr, manifest
+from tests.resize.manifests import ctr, manifest
 
 NODE_PATH = "/api/v1/nodes/node-1"
 

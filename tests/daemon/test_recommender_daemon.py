@@ -10,7 +10,7 @@ import pytest
 
 from agent.commands.main import main
 from tests.daemon.harness import Env, wait_for
-from tests.resize.harness import ctr, manifest
+from tests.resize.manifests import ctr, manifest
 
 
 def _pod(name: str) -> dict[str, object]:

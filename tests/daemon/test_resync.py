@@ -14,9 +14,10 @@ from agent.daemon.core import Daemon
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.infra.metrics import Metrics
 from agent.infra.queue import TIERS
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import running_fake_cri
-from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.manifests import ctr, manifest
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.serving import running_fake_cri
 
 
 @pytest.fixture

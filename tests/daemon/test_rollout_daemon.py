@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.harness import NODE, Env, wait_for
-from tests.daemon.rollout_fakes import (
+from tests.daemon.harness import Env, wait_for
+from tests.support.fakeapi.node import NODE
+from tests.support.rollout_fakes import (
     DS_API,
     GATE,
     LEASE_API,

@@ -8,9 +8,9 @@ import stat
 
 from agent.config.settings import Settings
 from tests.daemon.harness import Env, wait_for
-from tests.resize.harness import ctr, manifest
+from tests.resize.manifests import ctr, manifest
 
-TOKEN = "fake-token"  # the fake API server's kubeconfig bearer token (tests/daemon/fakeapi.py)
+TOKEN = "fake-token"  # the fake API server's kubeconfig bearer token (tests/support/fakeapi/server.py)
 
 
 def test_no_token_is_ever_logged_and_the_state_is_owner_only(env: Env) -> None:

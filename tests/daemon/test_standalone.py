@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from tests.daemon.harness import Env, api_pod, wait_for
-from tests.resize.harness import ctr, manifest
+from tests.resize.manifests import ctr, manifest
 
 
 def test_editing_a_manifest_resizes_the_running_container(env: Env) -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.daemon.harness import NODE, Env, node_object, wait_for
-from tests.resize.harness import ctr, manifest
+from tests.daemon.harness import Env, wait_for
+from tests.resize.manifests import ctr, manifest
+from tests.support.fakeapi.node import NODE, node_object
 
 VPA_API = ("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
 RS_API = ("apps", "v1", "replicasets")

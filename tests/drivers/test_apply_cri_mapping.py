@@ -11,8 +11,8 @@ from agent.config.settings import from_mapping
 from agent.cri.v1 import api_pb2 as pb
 from agent.pipeline.apply import reconcile_once
 from cgroupfs.types import CgroupName
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import FakeCRI
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.serving import FakeCRI
 from tests.unit.podbuild import ctr, pod
 
 UID = "dddddddd-0000-4000-8000-000000000004"

@@ -1,4 +1,4 @@
-"""`apply` through the cgroupfs driver, one suite over several backends (tests/backends.py): the strict fake
+"""`apply` through the cgroupfs driver, one suite over several backends (tests/backends/): the strict fake
 tree of each layout (v1, v2, hybrid), this host's real kernel (root), and the real cgroup v2 kernel of the
 `make e2e-v2` guest. Values land in the files the kernel has for each layout and read back as written, a
 second apply writes nothing and `diff` agrees, a memory limit below real usage is refused; on the fakes, a
@@ -19,8 +19,8 @@ from agent.config.settings import Settings, from_mapping
 from agent.pipeline.apply import reconcile_once
 from cgroupfs.convert import hugepage_size_name
 from cgroupfs.types import CgroupName
-from tests.backends import BACKENDS, Backend
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.backends.cgroupfs_trees import BACKENDS, Backend
+from tests.support.cgroup_tree import FakeCgroupTree
 from tests.unit.podbuild import ctr, pod
 
 UID_G = "aaaaaaaa-0000-4000-8000-000000000001"

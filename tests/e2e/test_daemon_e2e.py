@@ -10,9 +10,11 @@ import pytest
 
 from agent.core.compute import ComputeConfig, compute_pod
 from agent.pods.parse import parse_pod
-from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
-from tests.daemon.harness import NODE, Daemon, node_object, wait_for
+from tests.daemon.harness import Daemon, wait_for
 from tests.e2e.conftest import E2EEnv, Kernel, Pod, PodRunner, api_daemon_config, resources
+from tests.support.fakeapi.cluster import FakeCluster
+from tests.support.fakeapi.node import NODE, node_object
+from tests.support.fakeapi.server import FakeAPIServer
 
 pytestmark = pytest.mark.e2e
 

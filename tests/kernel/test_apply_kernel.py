@@ -18,7 +18,7 @@ from agent.pipeline.apply import reconcile_once
 from agent.pipeline.execute import execute, file_runner
 from cgroupfs import layout
 from cgroupfs.errors import MemoryBelowUsage, QuotaRefused
-from tests.fakes.kernel import KernelRoot
+from tests.support.kernel import KernelRoot
 from tests.unit.podbuild import ctr, pod
 
 pytestmark = pytest.mark.kernel

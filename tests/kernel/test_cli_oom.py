@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.kernel import KernelRoot
+from tests.support.kernel import KernelRoot
 
 MI = 1 << 20
 

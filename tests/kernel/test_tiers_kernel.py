@@ -42,8 +42,9 @@ from agent.resize.state import Timing
 from agent.resize.store import PodStore
 from agent.resize.types import ResizeState
 from cgroupfs.errors import CgroupError
-from tests.fakes.fake_cri import FakeContainer, FakeCRI, Refuse
-from tests.fakes.kernel import KernelRoot
+from tests.support.fake_cri.serving import FakeCRI
+from tests.support.fake_cri.state import FakeContainer, Refuse
+from tests.support.kernel import KernelRoot
 from tests.unit.podbuild import ctr, pod
 
 pytestmark = pytest.mark.kernel

@@ -23,7 +23,7 @@ from agent.recommender.sampler import Target
 from cgroupfs.files import CgroupFiles
 from cgroupfs.naming import cgroup_dir
 from cgroupfs.types import CgroupName
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 CID = "ab" * 32
 UID = "0f0e0d0c-0000-4000-8000-000000000001"

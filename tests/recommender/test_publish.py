@@ -16,7 +16,8 @@ from agent.recommender.model import ContainerHistory
 from agent.recommender.publish import PARTIAL, VPA, Publisher, selects, status_for
 from agent.recommender.state import RecommenderState
 from agent.recommender.trace import Sample
-from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
+from tests.support.fakeapi.cluster import FakeCluster
+from tests.support.fakeapi.server import FakeAPIServer
 
 T0 = 1_764_000_000.0
 S = RecommenderSettings()

@@ -16,8 +16,8 @@ from agent.recommender.counters import V1_EACH_TICK, V1_FILES
 from agent.recommender.sampler import Sampler, Target
 from cgroupfs.errors import CgroupWriteError
 from cgroupfs.pinned import PinnedFiles
-from tests.fakes.kernel import KernelRoot, skip_reason
 from tests.recommender.test_sampler_reads import PathSampler
+from tests.support.kernel import KernelRoot, skip_reason
 
 pytestmark = pytest.mark.kernel
 T0 = 1_764_000_000.0

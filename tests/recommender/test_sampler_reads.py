@@ -21,7 +21,7 @@ from agent.recommender.trace import Sample
 from cgroupfs.files import CgroupFiles
 from cgroupfs.naming import cgroup_dir
 from cgroupfs.types import CgroupName
-from tests.fakes.cgroup_tree import FakeCgroupTree
+from tests.support.cgroup_tree import FakeCgroupTree
 
 T0 = 1_764_000_000.0
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.kernel import skip_reason
+from tests.support.kernel import skip_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "RELIABILITY.md"

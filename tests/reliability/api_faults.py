@@ -19,9 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.daemon.fakeapi import FakeAPIServer, FakeCluster
-from tests.daemon.harness import CONDITION, Env, api_pod, node_object
-from tests.fakes.kernel import KernelRoot
+from tests.daemon.harness import CONDITION, Env, api_pod
 from tests.reliability.engine_faults import (
     BYSTANDER,
     KUBELET,
@@ -33,6 +31,10 @@ from tests.reliability.engine_faults import (
 )
 from tests.reliability.tree_invariant import check_snapshots
 from tests.resize.harness import node_on_kernel
+from tests.support.fakeapi.cluster import FakeCluster
+from tests.support.fakeapi.node import node_object
+from tests.support.fakeapi.server import FakeAPIServer
+from tests.support.kernel import KernelRoot
 
 HOOK = Path(__file__).with_name("daemon_hook")
 

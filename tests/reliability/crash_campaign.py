@@ -18,7 +18,8 @@ from typing import Any
 
 from agent.resize.store import PodStore
 from tests.resize.crash import run_agent
-from tests.resize.harness import ctr, manifest, node_on_kernel
+from tests.resize.harness import node_on_kernel
+from tests.resize.manifests import ctr, manifest
 
 CONTAINERS = ("c1", "c2", "c3")
 

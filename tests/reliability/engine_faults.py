@@ -37,9 +37,10 @@ from agent.daemon import select_reconciler
 from agent.daemon.engine_reconciler import EngineReconciler
 from agent.resize.engine import ResizeEngine
 from agent.resize.store import PodStore
-from tests.fakes.fake_cri import RUNC_WRAP
 from tests.reliability.syscalls import SHORT, Fault, SyscallFaults
-from tests.resize.harness import ResizeNode, ctr, manifest, node_on_kernel
+from tests.resize.harness import ResizeNode, node_on_kernel
+from tests.resize.manifests import ctr, manifest
+from tests.support.fake_cri.servicer import RUNC_WRAP
 
 KUBELET = "v1.36.0"
 FAULTY_ROUNDS = 3

@@ -37,11 +37,15 @@ import grpc
 import psutil
 
 from bench.stats import percentile
-from tests.daemon.fakeapi import FakeCluster
-from tests.daemon.harness import Daemon, Env, api_pod, node_object, serving, wait_for
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import RUNC_WRAP, FakeCRI, running_fake_cri
-from tests.resize.harness import ResizeNode, ctr, kubelet_files, kubelet_mismatches, manifest
+from tests.daemon.harness import Daemon, Env, api_pod, serving, wait_for
+from tests.resize.harness import ResizeNode
+from tests.resize.kubelet import kubelet_files, kubelet_mismatches
+from tests.resize.manifests import ctr, manifest
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.servicer import RUNC_WRAP
+from tests.support.fake_cri.serving import FakeCRI, running_fake_cri
+from tests.support.fakeapi.cluster import FakeCluster
+from tests.support.fakeapi.node import node_object
 
 MIB = 1 << 20
 # big enough that no resize is ever Deferred for want of room (the soak is about leaks, not admission)

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from agent.infra.atomicfile import write_atomic
-from tests.fakes.kernel import skip_reason
 from tests.reliability import api_faults, crash_campaign, engine_faults, hostile
 from tests.reliability.__main__ import failures, table
 from tests.reliability.syscalls import SHORT, Fault, SyscallFaults
+from tests.support.kernel import skip_reason
 
 kernel = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
 ZERO = ("violations", "lost", "crashes")

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from tests.resize.harness import memory_limit, quota_ratio
+from tests.resize.invariant import memory_limit, quota_ratio
 
 INF = float("inf")
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import FakeCRI
-from tests.fakes.kernel import skip_reason
 from tests.resize.harness import ResizeNode, node_on_kernel
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.serving import FakeCRI
+from tests.support.kernel import skip_reason
 
 
 @pytest.fixture

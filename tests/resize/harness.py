@@ -1,17 +1,14 @@
-"""A node for resize tests: a strict fake cgroup tree (v1), the in-process fake CRI server mirroring each
-UpdateContainerResources into the container's cgroup as runc would, and a journal of every write.
-
-The journal is checked after every single write, from both sides (the agent's cgroup writes and the
-runtime's container writes): each child within its parent in CPU (quota/period) and memory, and — for
-pods without a pod-level limit — the containers' limits summing within the pod's. `violations` collects
-any breach; tests assert it stays empty. The fake runtime refuses what the kernel would refuse: a quota
-ratio above the pod's (EINVAL) and a memory limit below usage (EBUSY).
+"""A node for resize tests: a strict fake cgroup tree (v1), or this host's kernel below a private root
+(`node_on_kernel`), and the in-process fake CRI server mirroring each UpdateContainerResources into the
+container's cgroup as runc would. The node plays the kubelet (pods and containers created, a stopped
+container started again) and runc (refusing what the kernel would: a quota ratio above the pod's, EINVAL,
+and a memory limit below usage, EBUSY), and journals every write from both sides (`journal`), checking
+the invariant (`invariant`) after each: `violations` collects any breach; tests assert it stays empty.
 """
-
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,65 +32,18 @@ from cgroupfs.convert import V1_UNLIMITED_READBACK
 from cgroupfs.files import CgroupFiles
 from cgroupfs.naming import cgroup_dir, container_dir
 from cgroupfs.types import DriverKind
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import FakeContainer, FakeCRI, FakeSandbox, Refuse, running_fake_cri
-from tests.fakes.kernel import KernelRoot
-from tests.fakes.kernel_tree import KernelTree
-
-UNLIMITED_TEXT = str(V1_UNLIMITED_READBACK)
-GI = 1 << 30
-MI = 1 << 20
+from tests.resize.invariant import memory_limit, quota_ratio, violations
+from tests.resize.journal import Event
+from tests.resize.kubelet import kubelet_mismatches
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.serving import FakeCRI, running_fake_cri
+from tests.support.fake_cri.state import FakeContainer, FakeSandbox, Refuse
+from tests.support.kernel import KernelRoot
+from tests.support.kernel_tree import KernelTree
 
 
 def cid_for(pod: str, container: str, attempt: int = 0) -> str:
     return hashlib.sha256(f"{pod}/{container}/{attempt}".encode()).hexdigest()
-
-
-def ctr(
-    name: str, req: dict[str, Any] | None = None, lim: dict[str, Any] | None = None, **extra: Any
-) -> dict[str, Any]:
-    res: dict[str, Any] = {}
-    if req is not None:
-        res["requests"] = dict(req)
-    if lim is not None:
-        res["limits"] = dict(lim)
-    return {"name": name, "resources": res, **extra}
-
-
-def policy(cpu: str = "NotRequired", memory: str = "NotRequired") -> list[dict[str, str]]:
-    return [
-        {"resourceName": "cpu", "restartPolicy": cpu},
-        {"resourceName": "memory", "restartPolicy": memory},
-    ]
-
-
-def manifest(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {"containers": containers, **spec},
-    }
-
-
-@dataclass
-class Event:
-    kind: str  # "write" (agent, pod/tier file), "update" (runtime, container), "stop"
-    target: str  # path, or pod/container
-    value: Any = None
-    old: Any = None
-
-
-def quota_ratio(quota: str, period: str) -> float:
-    """A CFS quota as a share of cores; inf for no quota."""
-    q = int(quota)
-    return float("inf") if q < 0 else q / int(period)
-
-
-def memory_limit(text: str) -> float:
-    """A v1 memory limit in bytes; inf for unlimited (as read back) or negative."""
-    v = int(text)
-    return float("inf") if v < 0 or v >= V1_UNLIMITED_READBACK else float(v)
 
 
 @dataclass
@@ -358,128 +308,10 @@ class ResizeNode:
 
     def check(self, pods: Iterable[str] | None = None) -> list[str]:
         """Breaches of the invariant on every pod (or on `pods`), as the tree is now."""
-        out: list[str] = []
-        chosen = list(self.pods.items()) if pods is None else [(p, self.pods[p]) for p in pods]
-        for pod, info in chosen:
-            pq = self.read(f"cpu/{info.pod_dir}/cpu.cfs_quota_us")
-            pp = self.read(f"cpu/{info.pod_dir}/cpu.cfs_period_us")
-            pm = memory_limit(self.read(f"memory/{info.pod_dir}/memory.limit_in_bytes"))
-            parent = info.pod_dir.rsplit("/", 1)[0]
-            tm = memory_limit(self.read(f"memory/{parent}/memory.limit_in_bytes"))
-            if pm != float("inf") and pm > tm:
-                out.append(f"{pod}: pod memory {pm} above its tier's {tm}")
-            pod_level = self.view(pod).pod_limits
-            cpu_sum = mem_sum = 0.0
-            for name, cid in info.containers.items():
-                base = f"{info.pod_dir}/{cid}"
-                if not self.tree.path(f"cpu/{base}").exists():
-                    continue
-                cr = quota_ratio(
-                    self.read(f"cpu/{base}/cpu.cfs_quota_us"), self.read(f"cpu/{base}/cpu.cfs_period_us")
-                )
-                cm = memory_limit(self.read(f"memory/{base}/memory.limit_in_bytes"))
-                if cr != float("inf") and cr > quota_ratio(pq, pp) + 1e-9:
-                    out.append(f"{pod}/{name}: cpu {cr} above the pod's {quota_ratio(pq, pp)}")
-                if cm != float("inf") and cm > pm:
-                    out.append(f"{pod}/{name}: memory {cm} above the pod's {pm}")
-                cpu_sum += cr
-                mem_sum += cm
-            if pod_level is None and cpu_sum != float("inf") and cpu_sum > quota_ratio(pq, pp) + 1e-9:
-                out.append(f"{pod}: containers' cpu sum {cpu_sum} above the pod's {quota_ratio(pq, pp)}")
-            if pod_level is None and mem_sum != float("inf") and mem_sum > pm:
-                out.append(f"{pod}: containers' memory sum {mem_sum} above the pod's {pm}")
-        return out
+        return violations(self, pods)
 
     def close(self) -> None:
         self.client.close()
-
-
-def kubelet_files(node: ResizeNode, pod: str) -> dict[str, str]:
-    """Every pod and container file as the kubelet would have it for the pod's current spec (path: text)."""
-    view = node.view(pod)
-    cfg = node.settings.compute_config(())
-    v = compute_pod(view, cfg).values
-    wanted = {
-        node.pod_path(pod, "cpu.shares"): str(v.cpu_shares),
-        node.pod_path(pod, "cpu.cfs_quota_us"): str(v.cpu_quota if v.cpu_quota is not None else -1),
-    }
-    if v.memory_limit is not None and v.memory_limit > 0:
-        wanted[node.pod_path(pod, "memory.limit_in_bytes")] = str(v.memory_limit // 4096 * 4096)
-    for c in view.containers:
-        cv = compute_container(view, c, cfg).values
-        wanted[node.container_path(pod, c.name, "cpu.shares")] = str(cv.cpu_shares)
-        wanted[node.container_path(pod, c.name, "cpu.cfs_quota_us")] = str(cv.cpu_quota)
-        memory = cv.memory_limit // 4096 * 4096 if cv.memory_limit > 0 else V1_UNLIMITED_READBACK
-        wanted[node.container_path(pod, c.name, "memory.limit_in_bytes")] = str(memory)
-    return wanted
-
-
-def file_mismatches(node: ResizeNode, wanted: Mapping[str, str]) -> list[str]:
-    """The files that do not hold their wanted text, as `path: found != wanted`."""
-    found = {path: node.read(path) for path in wanted}
-    return [f"{path}: {found[path]} != {want}" for path, want in wanted.items() if found[path] != want]
-
-
-def kubelet_mismatches(node: ResizeNode, pod: str) -> list[str]:
-    """The pod's files that differ from what the kubelet would write for its current spec; empty once
-    the spec is applied."""
-    return file_mismatches(node, kubelet_files(node, pod))
-
-
-def container_id(value: str) -> ContainerID:
-    return ContainerID(value)
-
-
-def signature(event: Event) -> tuple[str, str, int] | None:
-    """(who, resource, +1 grow / -1 shrink) of one event; None when it changed nothing."""
-    if event.kind == "stop":
-        return ("stop:" + event.target.split("/", 1)[1], "restart", 0)
-    if event.kind == "update":
-        (oc, om, os_), (nc, nm, ns) = event.old, event.value
-        who = "ctr:" + event.target.split("/", 1)[1]
-        if nm != om:
-            return (who, "memory", 1 if nm > om else -1)
-        if nc != oc:
-            return (who, "cpu", 1 if nc > oc else -1)
-        if ns != os_:
-            return (who, "cpu", 1 if ns > os_ else -1)
-        return None
-    path: str = event.target
-    resource = "memory" if path.startswith("memory/") else "cpu"
-    who = "pod" if "/pod" in path else "tier"
-    old, new = event.old, event.value
-    if path.endswith("memory.limit_in_bytes"):
-        o, n = memory_limit(old), memory_limit(new)
-    else:
-        o, n = float(int(old)), float(int(new))
-        if path.endswith("cfs_quota_us"):
-            o = float("inf") if o < 0 else o
-            n = float("inf") if n < 0 else n
-    if o == n:
-        return None
-    return (who, resource, 1 if n > o else -1)
-
-
-def assert_kubelet_order(events: list[Event], *, phases: bool = True) -> list[tuple[str, str, int]]:
-    """The ordering rules of anchors §2.3 over one resize's events; returns the signatures.
-
-    Per resource: a growing pod limit before any container increase, container decreases before the
-    pod shrinks, container decreases before increases; memory's phase entirely before CPU's (`phases`)."""
-    sigs = [s for s in (signature(e) for e in events) if s is not None]
-    for resource in ("memory", "cpu"):
-        idx = [(i, s) for i, s in enumerate(sigs) if s[1] == resource]
-        pod_up = [i for i, s in idx if s[0] == "pod" and s[2] > 0]
-        pod_down = [i for i, s in idx if s[0] == "pod" and s[2] < 0]
-        c_up = [i for i, s in idx if s[0].startswith("ctr:") and s[2] > 0]
-        c_down = [i for i, s in idx if s[0].startswith("ctr:") and s[2] < 0]
-        assert all(g < u for g in pod_up for u in c_up), (resource, sigs)
-        assert all(d < s for d in c_down for s in pod_down), (resource, sigs)
-        assert all(d < u for d in c_down for u in c_up), (resource, sigs)
-    if phases:
-        mem = [i for i, s in enumerate(sigs) if s[1] == "memory"]
-        cpu = [i for i, s in enumerate(sigs) if s[1] == "cpu"]
-        assert not mem or not cpu or max(mem) < min(cpu), sigs
-    return sigs
 
 
 class _Runtime:

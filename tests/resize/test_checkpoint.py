@@ -19,10 +19,11 @@ from agent.resize.checkpoint import CheckpointStore
 from agent.resize.state import PodRecord
 from agent.resize.store import PodStore, encode_record
 from agent.resize.types import ResizeState
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import running_fake_cri
-from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.manifests import ctr, manifest
 from tests.resize.test_matrix import settle
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.serving import running_fake_cri
 
 
 def _record(name: str, cpu: str = "1", arrival: int | None = None) -> PodRecord:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from agent.commands.main import main
-from tests.resize.harness import ResizeNode, ctr, manifest, policy
+from tests.resize.harness import ResizeNode
+from tests.resize.manifests import ctr, manifest, policy
 
 
 def test_plan_and_explain_show_resize_steps_and_state(

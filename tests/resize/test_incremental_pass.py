@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.resize.types import ResizeState
-from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.manifests import ctr, manifest
 
 
 def _tree(node: ResizeNode) -> dict[str, str]:

@@ -11,7 +11,10 @@ import pytest
 from agent.core.compute import compute_pod
 from agent.resize.engine import ResizeEngine
 from agent.resize.types import ResizeState
-from tests.resize.harness import MI, ResizeNode, assert_kubelet_order, ctr, kubelet_mismatches, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.journal import assert_kubelet_order
+from tests.resize.kubelet import kubelet_mismatches
+from tests.resize.manifests import MI, ctr, manifest
 from tests.resize.matrix import MATRIX
 
 

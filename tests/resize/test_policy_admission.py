@@ -11,10 +11,12 @@ import grpc
 import pytest
 
 from agent.resize.types import ResizeState
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import FakeCRI
-from tests.resize.harness import MI, ResizeNode, assert_kubelet_order, ctr, manifest, policy
+from tests.resize.harness import ResizeNode
+from tests.resize.journal import assert_kubelet_order
+from tests.resize.manifests import MI, ctr, manifest, policy
 from tests.resize.test_matrix import assert_kubelet_values, settle, start
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.serving import FakeCRI
 
 G = {"limits": {"cpu": "500m", "memory": "256Mi"}}
 BIG = {"limits": {"cpu": "1", "memory": "512Mi"}}

@@ -17,7 +17,8 @@ import pytest
 from agent.resize.allocation import allocation_of
 from agent.resize.store import PodStore
 from tests.resize.crash import run_agent
-from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.manifests import ctr, manifest
 from tests.resize.test_matrix import assert_kubelet_values
 
 TARGETS = [

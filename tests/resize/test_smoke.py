@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from agent.resize.types import ResizeState
-from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.manifests import ctr, manifest
 
 
 def test_guaranteed_cpu_increase(node: ResizeNode) -> None:

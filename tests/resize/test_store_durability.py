@@ -21,7 +21,9 @@ from agent.resize.allocation import allocation_of
 from agent.resize.engine import ResizeEngine
 from agent.resize.store import PodStore, completes, encode_record
 from agent.resize.types import ResizeState
-from tests.resize.harness import Event, ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.journal import Event
+from tests.resize.manifests import ctr, manifest
 from tests.resize.test_checkpoint import _record
 from tests.resize.test_matrix import assert_kubelet_values
 

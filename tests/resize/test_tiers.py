@@ -25,9 +25,11 @@ from agent.pipeline.execute import CgroupStepRunner, file_runner
 from agent.resize.engine import ResizeEngine
 from agent.resize.types import ResizeState
 from cgroupfs.errors import MemoryBelowUsage
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import running_fake_cri
-from tests.resize.harness import GI, MI, Event, ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.journal import Event
+from tests.resize.manifests import GI, MI, ctr, manifest
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.serving import running_fake_cri
 
 ALLOC = 16 * GI
 BURSTABLE = "memory/kubepods/burstable/memory.limit_in_bytes"

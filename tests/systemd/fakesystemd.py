@@ -122,7 +122,7 @@ class FakeSystemd:
     errors: deque[tuple[str, str, str]] = field(default_factory=deque)
     job_result: str = "done"
     signal_before_reply: bool = False
-    # called with the unit name after its properties changed, before the reply (tests/backends.py writes
+    # called with the unit name after its properties changed, before the reply (tests/backends/systemd_trees.py writes
     # the cgroup files from them there, as systemd does)
     on_properties: Callable[[str], None] | None = None
     _conn: DBusConnection | None = None

@@ -1,4 +1,4 @@
-"""`apply` with the systemd driver, one suite over two backends (tests/backends.py): a recording fake systemd
+"""`apply` with the systemd driver, one suite over two backends (tests/backends/): a recording fake systemd
 on a private bus over the strict fake tree, and the real systemd (PID 1) of the `make e2e-v2` guest.
 
 The pod's and tiers' values go to their slice units as properties over D-Bus, only what systemd cannot
@@ -20,7 +20,7 @@ from agent.config.settings import Settings, from_mapping
 from agent.pipeline.apply import reconcile_once
 from cgroupfs.systemd.properties import USEC_INFINITY
 from cgroupfs.types import CgroupName
-from tests.backends import SYSTEMD_BACKENDS, FakeSystemdBackend, SystemdBackend
+from tests.backends.systemd_trees import SYSTEMD_BACKENDS, FakeSystemdBackend, SystemdBackend
 from tests.unit.podbuild import ctr, pod
 
 UID = "cccccccc-1111-4000-8000-000000000003"

@@ -12,7 +12,7 @@ from agent.core.model import NO_HUGEPAGES, NO_OTHER, Resources
 from agent.pods.parse import parse_pod
 from agent.resize.allocation import allocation_of, with_allocation
 from cgroupfs.layout import Hierarchy, RenderOptions
-from tests.resize.harness import ctr, manifest
+from tests.resize.manifests import ctr, manifest
 
 
 def test_a_pod_at_its_own_allocation_is_its_own_view_and_a_changed_one_is_a_copy() -> None:

@@ -14,7 +14,7 @@ from agent.commands.main import main
 from agent.config.settings import from_mapping
 from agent.pipeline.apply import reconcile_once
 from cgroupfs.types import CgroupName
-from tests.backends import SYSTEMD_BACKENDS, GuestSystemdBackend, SystemdBackend
+from tests.backends.systemd_trees import SYSTEMD_BACKENDS, GuestSystemdBackend, SystemdBackend
 from tests.unit.podbuild import ctr, pod
 
 pytestmark = pytest.mark.v2guest

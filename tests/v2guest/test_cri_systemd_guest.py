@@ -32,7 +32,7 @@ from agent.cri.v1 import api_pb2_grpc as pb_grpc
 from cgroupfs.convert import shares_to_weight_linear, shares_to_weight_quadratic
 from cgroupfs.naming import to_systemd
 from cgroupfs.types import CgroupName
-from tests.backends import SYSTEMD_BACKENDS, SystemdBackend
+from tests.backends.systemd_trees import SYSTEMD_BACKENDS, SystemdBackend
 from tests.v2guest import guestlib
 
 pytestmark = pytest.mark.v2guest

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.cgroup_tree import FakeCgroupTree
-from tests.fakes.fake_cri import running_fake_cri
 from tests.resize.harness import ResizeNode
+from tests.support.cgroup_tree import FakeCgroupTree
+from tests.support.fake_cri.serving import running_fake_cri
 
 
 @pytest.fixture

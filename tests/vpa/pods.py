@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.resize.harness import ctr
+from tests.resize.manifests import ctr
 
 
 def vpa_pod(cpu_req: str = "100m", cpu_lim: str = "200m", conditions: list[dict[str, Any]] | None = None, started: str = "2026-11-25T00:00:00Z") -> dict[str, Any]:

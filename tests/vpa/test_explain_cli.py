@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from agent.commands.main import main
-from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.manifests import ctr, manifest
 
 MI = 1 << 20
 

@@ -12,7 +12,8 @@ from agent.resize.types import ResizeState
 from agent.vpa.model import VPA, Recommendation, UpdateMode
 from agent.vpa.policy import Options
 from agent.vpa.source import VPASource, owner_chain, resolve
-from tests.resize.harness import ResizeNode, ctr, manifest
+from tests.resize.harness import ResizeNode
+from tests.resize.manifests import ctr, manifest
 from tests.vpa.pods import vpa_pod
 
 MI = 1 << 20

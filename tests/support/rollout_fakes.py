@@ -10,8 +10,8 @@ import time
 import uuid
 from typing import Any
 
-from tests.daemon.fakeapi import FakeCluster
-from tests.daemon.harness import NODE
+from tests.support.fakeapi.cluster import FakeCluster
+from tests.support.fakeapi.node import NODE
 
 STS_API = ("apps", "v1", "statefulsets")
 DS_API = ("apps", "v1", "daemonsets")

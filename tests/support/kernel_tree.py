@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cgroupfs.layout import Hierarchy
-from tests.fakes.kernel import KernelRoot
+from tests.support.kernel import KernelRoot
 
 CONTROLLERS = ("cpu", "memory")
 
