@@ -39,5 +39,5 @@ def test_every_bench_module_imports_and_the_report_renders_without_pytest() -> N
     proc = subprocess.run([sys.executable, "-c", PROGRAM], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     imported = proc.stdout.split()
-    for module in ("more", "report", "daemon", "rollout", "vpa", "tiers", "figures", "__main__"):
+    for module in ("sections", "report", "daemon", "rollout", "vpa", "tiers", "figures", "__main__"):
         assert module in imported
