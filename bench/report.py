@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import figures, more, provenance
+from bench import figures, provenance, sections
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "BENCHMARKS.md"
@@ -118,7 +118,7 @@ def header(results: Path, loaded: dict[str, dict[str, Any]], ref: Origin | None)
         "`bench/results/*.json`. Timings are medians over repeated runs with their spread; no test asserts a",
         "timing.",
         "",
-        *more.machine(),
+        *sections.machine(),
         *_code_lines(loaded, ref),
         f"Not run by `make bench`, measured by their own commands: {elsewhere}.",
         "",
@@ -145,7 +145,7 @@ def render(results: Path) -> str:
     ref = reference(loaded)
     lines = header(results, loaded, ref)
     ran = set(figures.names())
-    for name, section in more.sections(results):
+    for name, section in sections.in_order(results):
         data = loaded.get(name)
         if data is None:
             continue

@@ -138,7 +138,7 @@ def soak_problems(s: dict[str, Any]) -> list[str]:
     # the daemon's own pass time always; the spec-to-files time only over windows holding whole cycles of
     # the fault schedule (a watch fault holds events back by its retry delay: a 4 s window that has one
     # is not comparable with one that has none)
-    from tests.reliability.soak import FAULTS
+    from tests.reliability.soak_faults import FAULTS
 
     two_rounds = 2 * 2.0 * len(FAULTS)  # run_soak's default: one fault kind every 2 s, in turn
     windows = ["reconcile_pod", *(["apply_latency"] if s.get("window_s", 0) >= two_rounds else [])]

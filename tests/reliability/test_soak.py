@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.reliability.soak import FAULTS, run_soak
+from tests.reliability.soak import run_soak
+from tests.reliability.soak_faults import FAULTS
 
 
 def test_a_tiny_soak_loses_nothing_and_reports_every_figure(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def test_every_bench_module_imports_and_the_report_renders_without_pytest() -> N
     proc = subprocess.run([sys.executable, "-c", PROGRAM], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     bench_modules, support_modules = (line.split() for line in proc.stdout.splitlines()[-2:])
-    for module in ("more", "report", "daemon", "rollout", "vpa", "tiers", "figures", "__main__"):
+    for module in ("sections", "report", "daemon", "rollout", "vpa", "tiers", "figures", "__main__"):
         assert module in bench_modules
     for module in ("fakeapi.server", "fake_cri.serving", "cgroup_tree", "kernel", "rollout_fakes"):
         assert f"tests.support.{module}" in support_modules

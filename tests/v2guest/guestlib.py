@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from cgroupfs.layout import Hierarchy
 from cgroupfs.naming import expand_slice
 
 CGROUP_MOUNT: Final = Path("/sys/fs/cgroup")
@@ -65,6 +66,12 @@ def guest_skip_reason() -> str | None:
             "them here anyway"
         )
     return None
+
+
+
+def v2_hierarchy(mount: Path = CGROUP_MOUNT) -> Hierarchy:
+    """What mode detection must produce on this guest: a pure v2 host."""
+    return Hierarchy(unified="", unified_controllers=frozenset(read_text(mount / "cgroup.controllers").split()))
 
 
 # ------------------------------------------------------------------------------------------ small tools
