@@ -77,7 +77,7 @@ def reconciler(node: MemNode, kind: str, state_dir: Path) -> tuple[EngineReconci
     )
     assert isinstance(rec, EngineReconciler)
     if kind != "bare_disk":
-        rec.engine.store = MemCheckpoints()
+        rec.engine.persist.store = MemCheckpoints()
     rec.start(node.pods)
     rec.reconcile_tiers(node.pods, NEVER)
     gc.unfreeze()  # the previous run's reconciler: collected, not kept frozen

@@ -1,4 +1,4 @@
-"""The reconcile loop: a pod cache fed by a source, a work queue, workers, a resync timer, reporting.
+"""The reconcile loop: a pod cache fed by a source, a work queue, workers, a resync timer.
 
 Why this shape (kopf's reactor, the kubelet's QoS manager):
 - the source (API watch, or a manifest directory) runs in its own thread and only updates the cache and
@@ -11,6 +11,8 @@ Why this shape (kopf's reactor, the kubelet's QoS manager):
   nothing of it is changed, and the other pods go on;
 - stopping: the source stops, the queue stops handing out work, each worker finishes its current step
   (never more), the checkpoint is flushed, queued reports are sent, and `run` returns.
+
+What each pass tells (metrics, the log line, Events, resize conditions) is `agent.daemon.reporting`'s.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from agent.core.compute.node import TERMINAL_PHASES
 from agent.core.model import PodUID, PodView
 from agent.daemon import heap
 from agent.daemon.reconciler import Outcome, Reconciler, Report
+from agent.daemon.reporting import PassReporting
 from agent.infra.errors import PermanentError
 from agent.infra.logging import get_logger
 from agent.infra.metrics import Metrics
@@ -97,12 +100,9 @@ class Daemon:
         self._cache: dict[str, _Entry] = {}
         self._invalid: dict[str, str] = {}  # uid -> the parse error last reported
         self._lock = threading.Lock()
-        # per work item, the warnings its last pass reported: a warning is logged when it appears (or comes
-        # back), not on every pass it persists (a node without hugetlb says so once, not every second)
-        self._warned: dict[str, frozenset[str]] = {}
+        self.reporting = PassReporting(metrics, reporter, self._ref)
         self._synced = threading.Event()
         self._tiers_done = threading.Event()
-        self._shortfalls: dict[str, int] = {}  # tier memory path -> the limit it could not reach (logged)
         self._threads: list[threading.Thread] = []
         self._source_thread: threading.Thread | None = None
         self.status_hooks: list[Callable[[Sequence[ResizeStatus]], None]] = []  # components following resizes
@@ -245,7 +245,7 @@ class Daemon:
         if entry is None or entry.view is None or entry.view.phase in TERMINAL_PHASES:
             if entry is None:
                 self.reconciler.forget_pod(PodUID(key))
-                self._warned.pop(key, None)
+                self.reporting.forget(key)
                 log.debug("reconcile", scope="pod", pod_uid=key, outcome=Outcome.FORGOTTEN.value)
             return
         pod = entry.view
@@ -253,82 +253,15 @@ class Daemon:
             report = self.reconciler.reconcile_pod(pod, self.stop.is_set)
             self._finish(key, entry.ref, report, start)
 
-    def _report_shortfalls(self, report: Report) -> None:
-        """A tier limit set at usage: the gauge, and one warning per limit it could not reach."""
-        short = {sf.path for sf in report.shortfalls}
-        for sf in report.shortfalls:
-            self.metrics.tier_shortfall.labels(sf.path).set(sf.set_to - sf.wanted)
-            with self._lock:
-                first = self._shortfalls.get(sf.path) != sf.wanted
-                self._shortfalls[sf.path] = sf.wanted
-            if first:
-                log.warning(
-                    "tier.memory_shortfall",
-                    path=sf.path,
-                    wanted=sf.wanted,
-                    set_to=sf.set_to,
-                    message="usage is above the qos-reserved limit: set at the usage, lowered on a later pass",
-                )
-        for path in report.changed:
-            with self._lock:
-                cleared = path not in short and self._shortfalls.pop(path, None) is not None
-            if cleared:
-                self.metrics.tier_shortfall.labels(path).set(0)
-                log.info("tier.memory_converged", path=path)
-
     def _ref(self, uid: str) -> PodRef | None:
         with self._lock:
             entry = self._cache.get(uid)
         return entry.ref if entry is not None else None
 
     def _finish(self, key: str, ref: PodRef | None, report: Report, start: float) -> None:
-        elapsed = self.clock() - start
-        m = self.metrics
-        m.reconcile_seconds.labels(report.scope).observe(elapsed)
-        if report.writes:
-            m.writes.labels("total").inc(report.writes)
-        for cls, _ in report.errors:
-            m.errors.labels(cls).inc()
-        self._report_shortfalls(report)
-        for note in report.drift:
-            m.drift.labels(note.thing, note.action).inc()
-            if note.action in ("yielded", "observed"):
-                log.warning("drift." + note.action, thing=note.thing, path=note.path, message=note.message)
-            elif note.action == "reapplied":
-                log.info("drift.reapplied", thing=note.thing, path=note.path, message=note.message)
-        fields: dict[str, Any] = {
-            "scope": report.scope,
-            "outcome": report.outcome.value,
-            "writes": report.writes,
-            "duration_ms": round(elapsed * 1000, 2),
-        }
-        if report.changed:
-            fields["changed"] = list(report.changed)
-        if report.errors:
-            fields["errors"] = [f"{cls}: {msg}" for cls, msg in report.errors]
-        current = frozenset(report.warnings)
-        new = [w for w in report.warnings if w not in self._warned.get(key, frozenset())]
-        if current:
-            self._warned[key] = current
-        else:
-            self._warned.pop(key, None)
-        if new:
-            fields["warnings"] = new
+        self.reporting.publish(key, ref, report, self.clock() - start)
         if report.statuses:
-            fields["resize"] = {st.pod: st.state.value for st in report.statuses}
-        quiet = report.outcome in (Outcome.CONVERGED, Outcome.WAITING) and not new
-        (log.debug if quiet else log.warning if report.outcome is Outcome.FAILED else log.info)("reconcile", **fields)
-        for event in report.events:
-            target = self._ref(event.uid) if event.uid else ref
-            if target is not None and target.uid:
-                self.reporter.event(target, event.reason, event.message, event.warning)
-        for status in report.statuses:
-            target = self._ref(status.uid)
-            if target is not None and target.uid:
-                message = f"{status.reason}: {status.message}" if status.message else status.reason
-                self.reporter.condition(target, status.state.value, status.state.value, message)
-        if report.statuses:
-            m.set_resize_states(self.reconciler.states())
+            self.metrics.set_resize_states(self.reconciler.states())
             for hook in self.status_hooks:
                 hook(report.statuses)
         if report.retry_after_s is not None and report.outcome is not Outcome.INTERRUPTED:

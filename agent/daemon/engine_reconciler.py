@@ -32,7 +32,8 @@ from agent.daemon.reconciler import (
 )
 from agent.pipeline.execute import describe
 from agent.resize.checkpoint import CheckpointError
-from agent.resize.engine import PassReport, ResizeEngine
+from agent.resize.engine import ResizeEngine
+from agent.resize.report import PassReport
 from agent.resize.store import NodeRecords
 
 DRIFT_RECORDS = "drift"

@@ -25,10 +25,10 @@ def test_a_shortfall_sets_the_gauge_warns_once_and_clears_when_lowered() -> None
         "tiers", Outcome.APPLIED, 1, (PATH,), shortfalls=(Shortfall(PATH, 1000 << 20, 1100 << 20),)
     )
     with capture_logs() as logs:
-        d._report_shortfalls(short)
-        d._report_shortfalls(short)  # the next pass, still short of the same target: no second warning
+        d.reporting.shortfalls(short)
+        d.reporting.shortfalls(short)  # the next pass, still short of the same target: no second warning
         assert _gauge(m) == 100 << 20
-        d._report_shortfalls(Report("tiers", Outcome.APPLIED, 1, (PATH,)))  # lowered to the target
+        d.reporting.shortfalls(Report("tiers", Outcome.APPLIED, 1, (PATH,)))  # lowered to the target
     assert _gauge(m) == 0
     events = [e["event"] for e in logs]
     assert events == ["tier.memory_shortfall", "tier.memory_converged"]

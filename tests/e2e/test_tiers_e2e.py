@@ -25,7 +25,8 @@ from agent.cri.client import CRIClient
 from agent.pipeline.apply import ensure_tiers
 from agent.pipeline.execute import CgroupStepRunner, file_runner
 from agent.pods.parse import parse_pod
-from agent.resize.engine import PassReport, ResizeEngine
+from agent.resize.engine import ResizeEngine
+from agent.resize.report import PassReport
 from agent.resize.types import ResizeState
 from tests.e2e.conftest import E2EEnv, Kernel, Pod, PodRunner, resources
 

@@ -37,7 +37,8 @@ from agent.cri.v1 import api_pb2 as pb
 from agent.pipeline.apply import ensure_tiers
 from agent.pipeline.execute import CgroupStepRunner, file_runner
 from agent.pods.parse import parse_pod
-from agent.resize.engine import PassReport, ResizeEngine
+from agent.resize.engine import ResizeEngine
+from agent.resize.report import PassReport
 from agent.resize.state import Timing
 from agent.resize.store import PodStore
 from agent.resize.types import ResizeState

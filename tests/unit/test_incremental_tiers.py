@@ -132,5 +132,5 @@ def test_the_reconcilers_running_totals_follow_any_event_sequence(evs: list[tupl
                 continue
             computable.append(v)
         want = compute_node(computable, cfg)
-        assert engine._sums.total == tier_sums(want.pods)
-        assert compute_tiers_from_sums(engine._sums.total, cfg) == want.tiers
+        assert engine.tally.sums.total == tier_sums(want.pods)
+        assert compute_tiers_from_sums(engine.tally.sums.total, cfg) == want.tiers

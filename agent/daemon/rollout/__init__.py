@@ -1,0 +1,212 @@
+"""Graceful in-place updates beside the pod loop (seed 004): this node's part of the rollout of every
+StatefulSet and DaemonSet that opts in (agent.rollout.workload).
+
+Steady state costs nothing but two watches (StatefulSets, DaemonSets): a workload is looked at closer
+only when one of this node's pods is behind its update revision. Then, each second: the workload's pods
+(one LIST), its revisions (cached: they never change), the order (agent.rollout.order), and for a pod
+whose turn it is, one update, step by step, each step once:
+
+  slot      take a Lease `kcg-rollout-<kind>-<name>-<i>` (i below the budget): no two nodes exceed it
+  prepull   in place: pull the new images through CRI (a present image is not pulled again)
+  unready   the pod's InPlaceUpdateReady condition False (with the readiness gate, Services drop it)
+  grace     wait `grace-period-seconds`
+  patch     in place: images + revision labels, one patch with the pod's resourceVersion as precondition;
+            Recreate: delete the pod (UID precondition), the controller recreates it at the update revision
+  wait      the changed containers run anew and are ready (the others did not restart), then the
+            condition True; for a recreated pod, its successor Ready at the update revision
+  done      release the slot; Events on the pod and the workload
+
+The parts: the API reads and the revisions' cache (`revisions`), the slots (`slots`), one pod's
+update (`update`), the Events and the status annotation (`status`); here, the watches and the pass.
+
+A crash anywhere loses nothing: the slot's Lease expires, a pod left with the condition False is taken up
+again by the next start (its revision label says whether the patch happened). It never evicts.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from functools import partial
+from typing import Any, Final
+
+from agent.daemon.components import Component, DaemonContext
+from agent.daemon.objects import ObjectCache, Threads
+from agent.daemon.rollout.revisions import Revisions
+from agent.daemon.rollout.slots import Slots
+from agent.daemon.rollout.status import Notices, raw_ref
+from agent.daemon.rollout.update import Flight, Updater
+from agent.infra.logging import get_logger
+from agent.kube.trim import without_managed_fields
+from agent.rollout.config import RolloutSettings
+from agent.rollout.order import turns
+from agent.rollout.steps import is_failed
+from agent.rollout.workload import (
+    POLICY,
+    REVISION_LABEL,
+    RolloutConfigError,
+    Workload,
+    parse_workload,
+    pod_state,
+)
+
+log = get_logger("agent.daemon.rollout")
+
+TICK_S: Final = 1.0
+
+
+def kept_workload(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What is kept of a StatefulSet or DaemonSet between watch events: the object (less its
+    managedFields) when it opts in; its name alone when not (`parse_workload` reads nothing else of it
+    then, and the watch sends it whole again when it opts in)."""
+    meta = raw.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    if POLICY in (meta.get("annotations") or {}):
+        return without_managed_fields(raw)
+    return {"metadata": {k: meta[k] for k in ("namespace", "name") if k in meta}}
+
+
+class RolloutComponent:
+    name = "rollout"
+
+    def __init__(self, ctx: DaemonContext, settings: RolloutSettings) -> None:
+        from kubernetes import client
+
+        self.ctx = ctx
+        self.settings = settings
+        self.node = ctx.node or ""
+        self.apps = client.AppsV1Api(ctx.api)
+        core = client.CoreV1Api(ctx.api)
+        self.wake = threading.Event()
+        self.statefulsets = ObjectCache(self.wake.set, keep=kept_workload)
+        self.daemonsets = ObjectCache(self.wake.set, keep=kept_workload)
+        self.reads = Revisions(self.apps, core, settings)
+        self.notices = Notices(ctx, self.node, self.apps)
+        self.updates = Updater(ctx, settings, core, Slots(ctx.api, self.node), self.notices)
+        self._threads = Threads(ctx.metrics)
+
+    # ---- lifecycle ----
+
+    def start(self, stop: threading.Event) -> None:
+        loops = [
+            ("rollout-statefulsets", lambda s: self._watch(self.apps.list_stateful_set_for_all_namespaces, "statefulsets", self.statefulsets, s)),
+            ("rollout-daemonsets", lambda s: self._watch(self.apps.list_daemon_set_for_all_namespaces, "daemonsets", self.daemonsets, s)),
+            ("rollout", self._loop),
+        ]
+        self._threads.start(loops, stop)
+
+    def join(self, timeout_s: float) -> None:
+        self._threads.join(timeout_s, self.wake)
+
+    def _watch(self, call: Any, noun: str, sink: ObjectCache, stop: threading.Event) -> None:
+        self._threads.watch(call, noun, sink, stop)
+
+    def _loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.wake.wait(TICK_S)
+            self.wake.clear()
+            if stop.is_set():
+                return
+            try:
+                self.tick()
+            except Exception as err:  # one bad pass must not end the rollouts: log, go on
+                log.warning("rollout.tick_failed", error=f"{type(err).__name__}: {err}")
+
+    # ---- one pass ----
+
+    def workloads(self) -> list[Workload]:
+        """The watched workloads that opt in (one whose policy is refused: an Event, once)."""
+        out = []
+        for kind, cache in (("StatefulSet", self.statefulsets), ("DaemonSet", self.daemonsets)):
+            for raw in cache.values():
+                try:
+                    w = parse_workload(kind, raw)
+                except RolloutConfigError as err:
+                    meta = raw.get("metadata") or {}
+                    say = partial(self.notices.workload_event, raw_ref(kind, raw), "RolloutConfigInvalid", str(err), True)
+                    self.notices.once(f"{kind}/{meta.get('namespace')}/{meta.get('name')}", str(err), say)
+                    continue
+                if w is not None:
+                    out.append(w)
+        return out
+
+    def tick(self) -> None:
+        mine = self.ctx.pods()
+        workloads = self.workloads()
+        self.updates.open_gates(workloads)
+        flights = self.updates.flights
+        for w in workloads:
+            local = [p for p in mine if p.namespace == w.namespace and p.owner == (w.kind.value, w.name)]
+            flying = [f for f in flights.values() if f.workload.key == w.key]
+            if not local and not flying:
+                continue
+            update = self.reads.update_revision(w)
+            if update is None:
+                continue
+            update_hash, update_rev = update
+            if not flying and all(p.labels.get(REVISION_LABEL) == update_hash for p in local):
+                continue  # this node's pods are all updated: nothing to read
+            self._pass(w, update_hash, update_rev)
+
+    def _pass(self, w: Workload, update_hash: str, update_rev: Mapping[str, Any]) -> None:
+        flights = self.updates.flights
+        pods = self.reads.pods(w)
+        by_name = {str(p["metadata"]["name"]): p for p in pods}
+        for f in [f for f in flights.values() if f.workload.key == w.key]:
+            f.workload = w
+            self.updates.advance(f, by_name.get(f.pod))
+        now = time.time()
+        states = []
+        for p in pods:
+            s = pod_state(p, str((p.get("spec") or {}).get("nodeName") or ""), is_failed(p, update_hash, now, self.settings.ready_timeout_s))
+            if s.node == self.node and s.updating and str(p["metadata"]["uid"]) not in flights:
+                s = replace(s, updating=False)  # left half-done by an earlier start of this agent: take it up
+            states.append(s)
+        rollout = w.rollout(update_hash, max(w.replicas, len(states)))
+        waiting: dict[str, str] = {}
+        for turn in turns(rollout, states, self.node):
+            pod = by_name.get(turn.pod)
+            if pod is None or str(pod["metadata"]["uid"]) in flights:
+                continue
+            if not turn.go:
+                waiting[turn.pod] = turn.reason
+                continue
+            change = self.reads.change(w, pod, update_rev)
+            if change is None:
+                waiting[turn.pod] = "its revision is not readable"
+                continue
+            f = Flight(w, turn.pod, str(pod["metadata"]["uid"]), change, update_hash)
+            if not self.updates.begin(f, pod, rollout, states):
+                waiting[turn.pod] = "waiting for a free slot (another node is updating)"
+        self.notices.publish(w, pods, update_hash, waiting, flights)
+
+
+def admission_policy_api(api: Any) -> bool:
+    """Whether the cluster serves ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1, 1.30+)."""
+    from kubernetes import client
+
+    try:
+        found: Any = client.AdmissionregistrationV1Api(api).get_api_resources(_preload_content=False, _request_timeout=(10, 30))
+        resources = json.loads(found.data).get("resources") or []
+    except Exception:
+        return False
+    return any(isinstance(r, Mapping) and r.get("name") == "validatingadmissionpolicies" for r in resources)
+
+
+def rollout_component(ctx: DaemonContext) -> Component | None:
+    """On with `rollout.enabled` and pods from the API; off where the cluster cannot enforce the agent's
+    admission policy, unless `rollout.allowWithoutAdmissionPolicy`."""
+    settings = ctx.settings.rollout
+    if not settings.enabled:
+        return None
+    if ctx.api is None or not ctx.node:
+        log.info("rollout.off", message="graceful in-place updates need the API server and the node's name")
+        return None
+    if not admission_policy_api(ctx.api) and not settings.allow_without_admission_policy:
+        log.warning("rollout.off", message="no ValidatingAdmissionPolicy API (Kubernetes < 1.30): the agent's pods patch and delete "
+                    "cannot be confined to its node; graceful in-place updates stay off (rollout.allowWithoutAdmissionPolicy to run anyway)")
+        return None
+    return RolloutComponent(ctx, settings)

@@ -1,0 +1,97 @@
+"""What the rollout tells: Events on pods and workloads, and this node's status annotation on each
+workload (`kube-cgroup-agent rollout status` merges every node's).
+
+Why apart: a rollout is looked at every second, so what it says must be said once — an annotation only
+when its text changed, a complaint about a workload (a bad policy, no readiness gate, an annotation not
+written) once per object — and every Event on a pod is also one on its workload, where people look.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from agent.daemon.components import DaemonContext
+from agent.infra.logging import get_logger
+from agent.kube.errors import wrap
+from agent.kube.status import PodRef
+from agent.rollout.workload import REVISION_LABEL, STATUS, Workload
+
+log = get_logger("agent.daemon.rollout")
+
+
+def status_key(node: str) -> str:
+    """This node's status annotation on a workload: one key per node, so that nodes never overwrite each
+    other (an annotation name is at most 63 characters)."""
+    prefix, _, name = STATUS.partition("/")
+    return f"{prefix}/" + f"{name}.{node}"[:63].rstrip(".-_")
+
+
+def raw_ref(kind: str, raw: Mapping[str, Any]) -> PodRef:
+    """A workload as an Event's object, from its API object (even one that could not be parsed)."""
+    meta = raw.get("metadata") or {}
+    return PodRef(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""), kind, "apps/v1")
+
+
+def workload_ref(w: Workload) -> PodRef:
+    return PodRef(w.namespace, w.name, w.uid, w.kind.value, "apps/v1")
+
+
+class Notices:
+    def __init__(self, ctx: DaemonContext, node: str, apps: Any) -> None:
+        self.ctx = ctx
+        self.node = node
+        self.apps = apps  # kubernetes.client.AppsV1Api
+        self.status: dict[str, str] = {}  # workload key -> last status annotation written
+        self._said: set[tuple[str, str]] = set()  # (object, what) already reported once
+
+    def once(self, obj: str, what: str, act: Callable[[], object]) -> None:
+        if (obj, what) not in self._said:
+            self._said.add((obj, what))
+            act()
+
+    def pod_event(self, w: Workload, pod: str, uid: str, reason: str, message: str, warning: bool) -> None:
+        self.ctx.event_on(PodRef(w.namespace, pod, uid), reason, message, warning)
+        self.workload_event(workload_ref(w), reason, f"pod {pod}: {message}", warning)
+
+    def workload_event(self, ref: PodRef, reason: str, message: str, warning: bool) -> None:
+        self.ctx.event_on(ref, reason, message, warning)
+        (log.warning if warning else log.info)("rollout.event", object=f"{ref.kind}/{ref.namespace}/{ref.name}", reason=reason, message=message)
+
+    def publish(
+        self,
+        w: Workload,
+        pods: Sequence[Mapping[str, Any]],
+        update_hash: str,
+        waiting: Mapping[str, str],
+        updating: Collection[str],
+    ) -> None:
+        """This node's pods of the workload, in the workload's status annotation (merged with other
+        nodes'); `updating` are the UIDs of the pods being updated here."""
+        mine = {}
+        for p in pods:
+            if (p.get("spec") or {}).get("nodeName") != self.node:
+                continue
+            name = str(p["metadata"]["name"])
+            uid = str(p["metadata"]["uid"])
+            labels = (p.get("metadata") or {}).get("labels") or {}
+            if uid in updating:
+                mine[name] = "updating"
+            elif name in waiting:
+                mine[name] = f"waiting: {waiting[name]}"
+            elif labels.get(REVISION_LABEL) == update_hash:
+                mine[name] = "updated"
+        text = json.dumps({"revision": update_hash, "node": self.node, "pods": mine}, sort_keys=True)
+        if self.status.get(w.key) == text:
+            return
+        self.status[w.key] = text
+        patch = {"metadata": {"annotations": {status_key(self.node): text}}}
+        try:
+            if w.kind.value == "StatefulSet":
+                self.apps.patch_namespaced_stateful_set(w.name, w.namespace, patch, _preload_content=False, _request_timeout=(10, 30))
+            else:
+                self.apps.patch_namespaced_daemon_set(w.name, w.namespace, patch, _preload_content=False, _request_timeout=(10, 30))
+        except Exception as err:
+            problem = str(wrap(f"annotate {w.key}", err))
+            self.once(w.key, "status-annotation", lambda: log.warning("rollout.status_not_written", workload=w.key, error=problem))
