@@ -34,24 +34,16 @@ def parse_target(text: str) -> tuple[str, str]:
     return KINDS[kind.lower()], name
 
 
-def _json(resp: Any) -> Any:
-    return json.loads(resp.data)
-
-
 def run(target: str, namespace: str, kubeconfig: str | None, settings: RolloutSettings, output: str) -> int:
     kind, name = parse_target(target)
-    from kubernetes import client
-
+    from agent.infra.apiserver import APIServer, path
     from agent.kube.client import api_client
     from agent.kube.errors import APINotFound, wrap
 
-    api = api_client(kubeconfig)
-    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    api = APIServer(api_client(kubeconfig))
     try:
-        if kind == "StatefulSet":
-            raw = _json(apps.read_namespaced_stateful_set(name, namespace, _preload_content=False, _request_timeout=(10, 30)))
-        else:
-            raw = _json(apps.read_namespaced_daemon_set(name, namespace, _preload_content=False, _request_timeout=(10, 30)))
+        plural = "statefulsets" if kind == "StatefulSet" else "daemonsets"
+        raw = api.get(path("apps/v1", plural, namespace, name), timeout=(10, 30))
         try:
             w = parse_workload(kind, raw)
         except RolloutConfigError as err:
@@ -61,12 +53,12 @@ def run(target: str, namespace: str, kubeconfig: str | None, settings: RolloutSe
         if w.update_revision:
             update = w.update_revision
         else:
-            revs = _json(apps.list_namespaced_controller_revision(namespace, label_selector=w.label_selector, _preload_content=False, _request_timeout=(10, 30)))
+            revs = api.list(path("apps/v1", "controllerrevisions", namespace), {"labelSelector": w.label_selector}, timeout=(10, 30))
             latest = daemonset_update_revision(revs.get("items") or [], w.uid)
             if latest is None:
                 raise RolloutStatusError(f"{kind}/{namespace}/{name} has no ControllerRevision yet")
             update = revision_hash(latest)
-        pods = _json(core.list_namespaced_pod(namespace, label_selector=w.label_selector, _preload_content=False, _request_timeout=(10, 30)))
+        pods = api.list(path("v1", "pods", namespace), {"labelSelector": w.label_selector}, timeout=(10, 30))
     except RolloutStatusError:
         raise
     except Exception as err:

@@ -86,7 +86,7 @@ def _cri(settings: Settings) -> ContainerUpdater | None:
     return updater
 
 
-def _wait_for_node(core: Any, node: str, settings: Settings, stop: threading.Event) -> Any:
+def _wait_for_node(server: Any, node: str, settings: Settings, stop: threading.Event) -> Any:
     from agent.infra.queue import Backoff
     from agent.kube.errors import APIError
     from agent.kube.node import node_info, read_node
@@ -94,7 +94,7 @@ def _wait_for_node(core: Any, node: str, settings: Settings, stop: threading.Eve
     backoff = Backoff(base=1.0, cap=30.0)
     while True:
         try:
-            return node_info(read_node(core, node), settings)
+            return node_info(read_node(server, node), settings)
         except APIError as err:
             delay = backoff.next("node")
             log.warning("node.unavailable", node=node, error=str(err), retry_in_s=delay)
@@ -230,14 +230,15 @@ def _serve(
         log.info("source", kind="directory", directory=settings.pods)
     else:
         assert node is not None
-        from agent.kube.client import api_client, core_v1
+        from agent.infra.apiserver import APIServer
+        from agent.kube.client import api_client
         from agent.kube.status import APIStatusReporter
         from agent.kube.watch import PodWatcher
 
         api = api_client(settings.kubeconfig)
-        core = core_v1(api)
+        server = APIServer(api)
         probe.waiting(f"waiting for node {node} from the API server")
-        info = _wait_for_node(core, node, settings, stop)
+        info = _wait_for_node(server, node, settings, stop)
         if info is None:
             return 0
         settings = replace(settings, allocatable=info.allocatable, kubepods_size=info.kubepods)
@@ -250,8 +251,8 @@ def _serve(
             cpu_milli=info.allocatable.cpu_milli if info.allocatable else None,
             memory=info.allocatable.memory if info.allocatable else None,
         )
-        source = PodWatcher(core, node, metrics)
-        reporter = APIStatusReporter(core, node, metrics)
+        source = PodWatcher(server, node, metrics)
+        reporter = APIStatusReporter(server, node, metrics)
         if settings.annotation_namespaces is None:
             # whoever may update a pod's metadata may then change its limits past admission (SECURITY.md)
             log.warning(

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
+from agent.infra.apiserver import APIServer, path
 from agent.infra.logging import get_logger
 from agent.infra.queue import Backoff
 from agent.kube.errors import APIError
@@ -54,11 +55,9 @@ class LimitRangeComponent:
     name = "limitranges"
 
     def __init__(self, ctx: DaemonContext, ranges: LimitRanges) -> None:
-        from kubernetes import client
-
         self.ctx = ctx
         self.ranges = ranges
-        self.core = client.CoreV1Api(ctx.api)
+        self.api = APIServer(ctx.api)
         self.cache = ObjectCache(self._changed)
         self._threads = Threads(ctx.metrics)
         self._reported: set[str] = set()  # problems already logged
@@ -71,7 +70,7 @@ class LimitRangeComponent:
 
     def _loop(self, stop: threading.Event) -> None:
         """List until one list answers (each failure: the LimitRanges are unavailable), then watch from it."""
-        watcher = Watcher(self.core.list_limit_range_for_all_namespaces, "limitranges", self.ctx.metrics)
+        watcher = Watcher(self.api.lister(path("v1", "limitranges")), "limitranges", self.ctx.metrics)
         self._threads.watchers.append(watcher)
         backoff = Backoff(base=1.0, cap=30.0)
         while not stop.is_set():

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agent.daemon.components import DaemonContext
+from agent.infra.apiserver import APIServer, path
 from agent.infra.logging import get_logger
 from agent.kube.errors import APIConflict, APIForbidden, APINotFound, wrap
 from agent.kube.status import PodRef, event_body, now_rfc3339
@@ -114,13 +115,10 @@ class OptInNotices:
     name = "opt-in-notices"
 
     def __init__(self, ctx: DaemonContext, features: tuple[Feature, ...], period_s: float = NOTICE_PERIOD_S) -> None:
-        from kubernetes import client
-
         self.node = ctx.node or "unknown"
         self.features = features
         self.period_s = period_s
-        self.custom: Any = client.CustomObjectsApi(ctx.api)
-        self.core: Any = client.CoreV1Api(ctx.api)
+        self.api = APIServer(ctx.api)
         self.errors = ctx.metrics.errors
         self._thread: threading.Thread | None = None
         self._quiet: set[str] = set()  # features whose listing failed for good (no CRD, no RBAC): said once
@@ -146,7 +144,7 @@ class OptInNotices:
             if key in self._quiet:
                 continue
             try:
-                found = self.custom.list_cluster_custom_object(feature.group, feature.version, feature.plural)
+                found = self.api.list(path(f"{feature.group}/{feature.version}", feature.plural))
             except Exception as err:  # the client raises its own and urllib3's errors: typed below
                 api = wrap(f"list {feature.plural}", err)
                 if isinstance(api, APINotFound | APIForbidden):
@@ -158,11 +156,9 @@ class OptInNotices:
         return created
 
     def _create(self, body: dict[str, Any]) -> int:
-        from kubernetes.client import CoreV1Event
-
         ns = body["metadata"]["namespace"]
         try:
-            self.core.create_namespaced_event(ns, CoreV1Event.from_dict(body), _preload_content=False)
+            self.api.create(path("v1", "events", ns), body)
         except Exception as err:
             api = wrap("create event", err)
             if isinstance(api, APIConflict):

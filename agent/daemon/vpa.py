@@ -21,9 +21,9 @@ from typing import Any, Final
 from agent.core.ownership import Thing
 from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
+from agent.infra.apiserver import STRATEGIC_MERGE, APIServer, path
 from agent.infra.logging import get_logger
 from agent.kube.errors import APIError, APIForbidden, APINotFound, wrap
-from agent.kube.status import STRATEGIC_MERGE
 from agent.kube.trim import owner_link
 from agent.resize.types import ResizeState, ResizeStatus
 from agent.vpa.applied import ActuatorState
@@ -50,14 +50,10 @@ class VPAComponent:
     name = "vpa"
 
     def __init__(self, ctx: DaemonContext, source: VPASource, via_api: bool) -> None:
-        from kubernetes import client
-
         self.ctx = ctx
         self.source = source
         self.via_api = via_api  # the kubelet resizes containers here: act through pods/resize
-        self.custom = client.CustomObjectsApi(ctx.api)
-        self.apps = client.AppsV1Api(ctx.api)
-        self.core = client.CoreV1Api(ctx.api)
+        self.api = APIServer(ctx.api)
         self.vpas = ObjectCache(self._vpas_changed)
         self.replicasets = ObjectCache(self._owners_changed, keep=owner_link)  # read for owner chains only
         self.nodes = ObjectCache(self._node_changed)
@@ -173,8 +169,8 @@ class VPAComponent:
         node = self.ctx.node or ""
         loops = [
             ("vpa-watch", self._vpa_loop),
-            ("vpa-replicasets", lambda s: self._watch(self.apps.list_replica_set_for_all_namespaces, "replicasets", self.replicasets, s)),
-            ("vpa-node", lambda s: self._watch(self.core.list_node, f"node {node}", self.nodes, s, f"metadata.name={node}")),
+            ("vpa-replicasets", lambda s: self._watch(self.api.lister(path("apps/v1", "replicasets")), "replicasets", self.replicasets, s)),
+            ("vpa-node", lambda s: self._watch(self.api.lister(path("v1", "nodes")), f"node {node}", self.nodes, s, f"metadata.name={node}")),
         ]
         if self.via_api:
             loops.append(("vpa-actuate", self._actuate_loop))
@@ -190,8 +186,7 @@ class VPAComponent:
     def _vpa_loop(self, stop: threading.Event) -> None:
         """Wait for the VPA CRD (one warning when missing), then list/watch VPAs in every namespace."""
 
-        def call(**kw: Any) -> Any:
-            return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
+        call = self.api.lister(path(f"{GROUP}/{VERSION}", PLURAL))
 
         warned = False
         while not stop.is_set():
@@ -269,13 +264,11 @@ class VPAComponent:
         if self._annotation_forbidden:
             return
         try:
-            self.core.patch_namespaced_pod(
-                name,
-                ns,
+            self.api.patch(
+                path("v1", "pods", ns, name),
                 {"metadata": {"annotations": {IN_PLACE_ANNOTATION: "true"}}},
-                _content_type=STRATEGIC_MERGE,
-                _preload_content=False,
-                _request_timeout=(10, 30),
+                STRATEGIC_MERGE,
+                timeout=(10, 30),
             )
         except Exception as err:
             api_err = wrap(f"annotate pod {ns}/{name}", err)
@@ -289,9 +282,7 @@ class VPAComponent:
         body = {"spec": {"containers": [{"name": t.container, "resources": api_resources(t)} for t in targets]}}
         started = time.monotonic()
         try:
-            self.core.patch_namespaced_pod_resize(
-                name, ns, body, _content_type=STRATEGIC_MERGE, _preload_content=False, _request_timeout=(10, 30)
-            )
+            self.api.patch(path("v1", "pods", ns, name, "resize"), body, STRATEGIC_MERGE, timeout=(10, 30))
         except Exception as err:
             api_err = err if isinstance(err, APIError) else wrap(f"resize pod {ns}/{name}", err)
             if isinstance(api_err, APIForbidden) or api_err.status == 422:

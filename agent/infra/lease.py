@@ -7,12 +7,16 @@ Used for the recommender's merging node per VPA and for the rollout's update slo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from agent.infra.apiserver import APIServer, path
 from agent.infra.durations import parse_timestamp
+
+
+def _lease(ns: str, name: str | None = None) -> str:
+    return path("coordination.k8s.io/v1", "leases", ns, name)
 
 
 def micro(now: float) -> str:
@@ -34,21 +38,21 @@ def acquire(
     clock: Callable[[], float],
     labels: Mapping[str, str] | None = None,
 ) -> bool:
-    """Hold (create, renew, or take over an expired) Lease `name`; False when another holder has it."""
-    from kubernetes import client
+    """Hold (create, renew, or take over an expired) Lease `name`; False when another holder has it.
+    `api`: the kubernetes client's ApiClient."""
     from kubernetes.client.exceptions import ApiException
 
-    co: Any = client.CoordinationV1Api(api)
+    server = APIServer(api)
     now = clock()
     try:
-        data = json.loads(co.read_namespaced_lease(name, ns, _preload_content=False).data)
+        data = server.get(_lease(ns, name))
     except ApiException as err:
         if err.status != 404:
             raise
         body = {"metadata": {"name": name, "namespace": ns, "labels": dict(labels or {})}, "spec": {
             "holderIdentity": holder, "leaseDurationSeconds": duration_s, "acquireTime": micro(now), "renewTime": micro(now)}}
         try:
-            co.create_namespaced_lease(ns, body)
+            server.create(_lease(ns), body)
             return True
         except ApiException as create_err:
             if create_err.status == 409:
@@ -64,7 +68,7 @@ def acquire(
         spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
     data["spec"] = spec
     try:
-        co.replace_namespaced_lease(name, ns, data)
+        server.replace(_lease(ns, name), data)
     except ApiException as err:
         if err.status == 409:
             return False  # another holder renewed or took it first
@@ -74,15 +78,14 @@ def acquire(
 
 def release(api: Any, ns: str, name: str, holder: str) -> None:
     """Give the Lease up (delete it) if `holder` still holds it; gone already is fine."""
-    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    co: Any = client.CoordinationV1Api(api)
+    server = APIServer(api)
     try:
-        data = json.loads(co.read_namespaced_lease(name, ns, _preload_content=False).data)
+        data = server.get(_lease(ns, name))
         if (data.get("spec") or {}).get("holderIdentity") != holder:
             return
-        co.delete_namespaced_lease(name, ns, body={"preconditions": {"resourceVersion": data["metadata"]["resourceVersion"]}})
+        server.delete(_lease(ns, name), {"preconditions": {"resourceVersion": data["metadata"]["resourceVersion"]}})
     except ApiException as err:
         if err.status not in (404, 409):
             raise

@@ -32,9 +32,3 @@ def api_client(kubeconfig: str | None) -> Any:
     except (ConfigException, OSError, TypeError, ValueError) as err:
         raise KubeConfigError(f"cannot configure the Kubernetes client: {err}") from err
     return client.ApiClient(configuration=configuration)
-
-
-def core_v1(api: Any) -> Any:
-    from kubernetes import client
-
-    return client.CoreV1Api(api)

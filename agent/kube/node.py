@@ -9,13 +9,13 @@ threshold (`evictionHard: {memory.available: ...}`, the kubelet's default 100Mi)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from agent.config.settings import Settings
 from agent.core.model import Resources
+from agent.infra.apiserver import APIServer, path
 from agent.kube.errors import wrap
 from agent.pods import quantity
 from agent.pods.parse import resource_list
@@ -99,10 +99,9 @@ def node_info(node: Mapping[str, Any], settings: Settings) -> NodeInfo:
     )
 
 
-def read_node(core: Any, name: str) -> Mapping[str, Any]:
+def read_node(api: APIServer, name: str) -> Mapping[str, Any]:
     try:
-        resp = core.read_node(name, _preload_content=False, _request_timeout=(10, 30))
-        data = json.loads(resp.data)
+        data = api.get(path("v1", "nodes", name=name), timeout=(10, 30))
     except Exception as err:
         raise wrap(f"get node {name}", err) from err
     if not isinstance(data, Mapping):

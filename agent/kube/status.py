@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
+from agent.infra.apiserver import STRATEGIC_MERGE as STRATEGIC_MERGE  # agent.daemon.rollout imports it here
+from agent.infra.apiserver import APIServer, path
 from agent.infra.errors import is_temporary
 from agent.infra.logging import get_logger
 from agent.infra.metrics import Metrics
@@ -30,7 +32,6 @@ from agent.kube.errors import APIError, APINotFound, wrap
 
 CONDITION_TYPE: Final = "kube-cgroup-agent.io/ResizeApplied"
 COMPONENT: Final = "kube-cgroup-agent"
-STRATEGIC_MERGE: Final = "application/strategic-merge-patch+json"
 
 log = get_logger("agent.kube.status")
 
@@ -125,9 +126,9 @@ class APIStatusReporter:
     minute; a newer condition of the same pod replaces the one waiting."""
 
     def __init__(
-        self, core: Any, node: str, metrics: Metrics, clock: Callable[[], float] = time.time
+        self, api: APIServer, node: str, metrics: Metrics, clock: Callable[[], float] = time.time
     ) -> None:
-        self.core = core
+        self.api = api
         self.node = node
         self.metrics = metrics
         self.clock = clock
@@ -195,12 +196,10 @@ class APIStatusReporter:
         sent = self._sent.get(key)
         if sent is not None:
             try:
-                self.core.patch_namespaced_event(
-                    sent.name,
-                    pod.namespace,
+                self.api.patch(
+                    path("v1", "events", pod.namespace, sent.name),
                     {"count": sent.count + 1, "lastTimestamp": now},
-                    _content_type=STRATEGIC_MERGE,
-                    _preload_content=False,
+                    STRATEGIC_MERGE,
                 )
                 sent.count += 1
                 return
@@ -209,12 +208,8 @@ class APIStatusReporter:
                     raise wrap(f"patch event {sent.name}", err) from err
         name = f"{pod.name}.{time.time_ns():x}"
         body = event_body(pod, reason, message, warning, self.node, name, now)
-        from kubernetes.client import CoreV1Event
-
         try:
-            self.core.create_namespaced_event(
-                pod.namespace, CoreV1Event.from_dict(body), _preload_content=False
-            )
+            self.api.create(path("v1", "events", pod.namespace), body)
         except Exception as err:
             raise wrap(f"create event {reason} for pod {pod.key}", err) from err
         self._sent[key] = _Sent(name, 1)
@@ -234,9 +229,7 @@ class APIStatusReporter:
             self._transition[uid] = now_rfc3339()
         body = condition_patch(pod, ok, reason, message, self._transition[uid])
         try:
-            self.core.patch_namespaced_pod_status(
-                pod.name, pod.namespace, body, _content_type=STRATEGIC_MERGE, _preload_content=False
-            )
+            self.api.patch(path("v1", "pods", pod.namespace, pod.name, "status"), body, STRATEGIC_MERGE)
         except Exception as err:
             with self._lock:  # kept for the retry, unless a newer one came in meanwhile (then it is queued)
                 newer = uid in self._conditions

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agent.infra.apiserver import APIServer, path
 from agent.infra.logging import get_logger
 from agent.infra.metrics import Metrics
 from agent.infra.queue import Backoff
@@ -119,7 +120,8 @@ def _lines(resp: Any) -> Iterator[str]:
 
 class Watcher:
     """Runs list/watch of one kind of object forever in the calling thread until `stop` is set. `call` is
-    the client's list function for it (the same function lists and, with watch=True, watches)."""
+    the list function for it in the typed client's convention (agent.infra.apiserver's `lister`: the same
+    function lists and, with watch=True, watches)."""
 
     def __init__(
         self,
@@ -264,9 +266,8 @@ class Watcher:
 class PodWatcher(Watcher):
     """The pods bound to this node (field selector spec.nodeName)."""
 
-    def __init__(self, core: Any, node: str, metrics: Metrics, **kw: Any) -> None:
+    def __init__(self, api: APIServer, node: str, metrics: Metrics, **kw: Any) -> None:
         super().__init__(
-            core.list_pod_for_all_namespaces, f"pods of node {node}", metrics, selector=f"spec.nodeName={node}", **kw
+            api.lister(path("v1", "pods")), f"pods of node {node}", metrics, selector=f"spec.nodeName={node}", **kw
         )
-        self.core = core
         self.node = node

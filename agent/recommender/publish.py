@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from agent.core.model import PodView
+from agent.infra.apiserver import MERGE_PATCH, APIServer, path
 from agent.infra.lease import acquire, micro
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.estimate import recommend
@@ -99,6 +100,11 @@ def status_for(settings: RecommenderSettings, merged: Mapping[str, ContainerHist
 
 # ---- shell ----
 
+def _path(kind: tuple[str, str, str], ns: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+    """The path of a custom resource (group, version, plural), namespaced or not."""
+    return path(f"{kind[0]}/{kind[1]}", kind[2], ns, name, sub)
+
+
 @dataclass(slots=True)
 class Publisher:
     api: Any  # kubernetes.client.ApiClient
@@ -109,19 +115,17 @@ class Publisher:
     _written: dict[str, float] = field(default_factory=dict)  # VPA key -> when its status was last written
     writes: int = 0
 
-    def _custom(self) -> Any:
-        from kubernetes import client
-
-        return client.CustomObjectsApi(self.api)
+    def _server(self) -> APIServer:
+        return APIServer(self.api)
 
     def step(self) -> list[str]:
         """Publish this node's partials; for every VPA whose Lease this node holds, merge and write the
         status (rate-limited). Returns the VPAs whose status was written."""
         from kubernetes.client.exceptions import ApiException
 
-        co = self._custom()
+        co = self._server()
         try:
-            vpas = [v for v in co.list_cluster_custom_object(*VPA)["items"] if names_us(v)]
+            vpas = [v for v in co.list(_path(VPA))["items"] if names_us(v)]
         except ApiException as err:
             if err.status == 404:
                 return []  # no VPA CRD: nothing to publish for
@@ -134,15 +138,15 @@ class Publisher:
             if mine:
                 self._publish(co, ns, name, mine)
             if self._lead(ns, name) and self.clock() - self._written.get(f"{ns}/{name}", -1e18) >= RECOMMENDER_INTERVAL_S:
-                docs = co.list_namespaced_custom_object(*PARTIAL[:2], ns, PARTIAL[2], label_selector=f"{LABEL_VPA}={name}")["items"]
+                docs = co.list(_path(PARTIAL, ns), {"labelSelector": f"{LABEL_VPA}={name}"})["items"]
                 merged = merge_partials(self.state.settings, docs)
-                co.patch_namespaced_custom_object_status(*VPA[:2], ns, VPA[2], name, {"status": status_for(self.state.settings, merged, self.clock())})
+                co.patch(_path(VPA, ns, name, "status"), {"status": status_for(self.state.settings, merged, self.clock())}, MERGE_PATCH)
                 self._written[f"{ns}/{name}"] = self.clock()
                 self.writes += 1
                 written.append(f"{ns}/{name}")
         return written
 
-    def _publish(self, co: Any, ns: str, vpa: str, mine: Mapping[str, ContainerHistory]) -> None:
+    def _publish(self, co: APIServer, ns: str, vpa: str, mine: Mapping[str, ContainerHistory]) -> None:
         from kubernetes.client.exceptions import ApiException
 
         obj_name = f"{vpa}-{self.node}"[:253]
@@ -154,11 +158,11 @@ class Publisher:
                      "containers": json.loads(json.dumps({c: h.to_dict() for c, h in mine.items()}))},
         }
         try:
-            co.patch_namespaced_custom_object(*PARTIAL[:2], ns, PARTIAL[2], obj_name, {"spec": body["spec"]})
+            co.patch(_path(PARTIAL, ns, obj_name), {"spec": body["spec"]}, MERGE_PATCH)
         except ApiException as err:
             if err.status != 404:
                 raise
-            co.create_namespaced_custom_object(*PARTIAL[:2], ns, PARTIAL[2], body)
+            co.create(_path(PARTIAL, ns), body)
 
     def _lead(self, ns: str, vpa: str) -> bool:
         """Hold (or take over an expired) Lease `kcg-rec-<vpa>`; a conflict means another node won."""

@@ -18,7 +18,7 @@ POD = PodRef("default", "web", "uid-web")
 
 
 class Core:
-    """patch_namespaced_pod_status answers each of `codes` in turn (0: success), then succeeds."""
+    """The API server's pods/status patch answers each of `codes` in turn (0: success), then succeeds."""
 
     def __init__(self, codes: list[int]) -> None:
         self.codes = list(codes)
@@ -26,7 +26,9 @@ class Core:
         self.sent: list[dict[str, Any]] = []
         self.done = threading.Event()
 
-    def patch_namespaced_pod_status(self, name: str, namespace: str, body: dict[str, Any], **_: Any) -> None:
+    def patch(self, resource_path: str, body: dict[str, Any], content_type: str, **_: Any) -> None:
+        assert resource_path == "/api/v1/namespaces/default/pods/web/status"
+        assert content_type == "application/strategic-merge-patch+json"
         reason = body["status"]["conditions"][0]["reason"]
         self.attempts.append(reason)
         code = self.codes.pop(0) if self.codes else 0

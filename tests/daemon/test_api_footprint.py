@@ -1,0 +1,71 @@
+"""The daemon talks to the API server without the kubernetes client's typed API classes and models: those
+modules cost the pod ~26 MiB (agent.infra.apiserver). The real daemon runs against the fake API server with
+every component that uses the API on (limitranges, the VPA, the recommender, the opt-in notices), lists,
+watches, resizes a pod and reports it; at its exit no `kubernetes.client.api.*` nor
+`kubernetes.client.models.*` module was ever imported (one typed call put back anywhere imports both)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.daemon.harness import REPO, Daemon, Env, wait_for
+from tests.resize.manifests import ctr, manifest
+
+# `kube-cgroup-agent run ...` that writes the names of every module it imported when it exits
+RUN = """
+import atexit, json, pathlib, runpy, sys
+out = pathlib.Path(sys.argv[1])
+atexit.register(lambda: out.write_text(json.dumps(sorted(sys.modules))))
+sys.argv = ["kube-cgroup-agent", *sys.argv[2:]]
+runpy.run_module("agent", run_name="__main__")
+"""
+TYPED = ("kubernetes.client.api.", "kubernetes.client.models.")
+
+
+class RecordingDaemon(Daemon):
+    def __init__(self, config: Path, log: Path, modules: Path) -> None:
+        super().__init__(config, log)
+        self.modules = modules
+
+    def start(self) -> RecordingDaemon:
+        self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with self.log_path.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", RUN, str(self.modules), "run", "--config", str(self.config)],
+                stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        return self
+
+
+def test_the_daemon_never_imports_the_typed_api_classes(env: Env, tmp_path: Path) -> None:
+    c = env.cluster
+    c.serve("autoscaling.k8s.io", "v1", "verticalpodautoscalers", kind="VerticalPodAutoscaler")
+    c.serve("apps", "v1", "statefulsets", kind="StatefulSet")
+    c.serve("apps", "v1", "daemonsets", kind="DaemonSet")
+    c.put("apps", "v1", "statefulsets", {"metadata": {"name": "db", "namespace": "shop", "uid": "s-1", "annotations": {
+        "kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}}, "spec": {}})  # told: rollout is off
+    env.node.add_pod(manifest("g", [ctr("app", lim={"cpu": "500m", "memory": "256Mi"})]))
+    env.publish("g")
+    modules = tmp_path / "modules.json"
+    config = env.config(vpa={"enabled": True}, recommender={"enabled": True})
+    daemon = RecordingDaemon(config, tmp_path / "daemon.log", modules)
+    env.daemons.append(daemon)
+    daemon.start()
+    daemon.ready()
+    for component in ("limitranges", "vpa", "recommender", "opt-in-notices"):
+        wait_for(lambda component=component: daemon.logged("component.started", component=component), component)
+    wait_for(lambda: c.count("GET", "/verticalpodautoscalers"), "the VPA watch")
+    wait_for(lambda: c.count("POST", "/events"), "the opt-in notice")
+    wait_for(lambda: daemon.logged("reconcile", pod="default/g"), "g's first pass")
+    env.node.resize("g", {"app": {"limits": {"cpu": "1", "memory": "512Mi"}}})
+    env.publish("g")
+    wait_for(lambda: "ResizeDone" in c.event_reasons(env.uid("g")), "the ResizeDone event")
+    wait_for(lambda: c.recorded("PATCH", "/status"), "the condition")
+    assert daemon.terminate() == 0
+    imported = json.loads(modules.read_text())
+    assert "agent.infra.apiserver" in imported and "kubernetes.client.api_client" in imported
+    assert [m for m in imported if m.startswith(TYPED)] == []
