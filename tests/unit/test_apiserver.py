@@ -168,6 +168,9 @@ WRITES: list[tuple[str, Call, Call]] = [
      lambda c: APIServer(c).replace(path("coordination.k8s.io/v1", "leases", "ns", "l:1"), LEASE)),
     ("delete a lease", lambda c: client.CoordinationV1Api(c).delete_namespaced_lease("l:1", "ns", body=DELETE),
      lambda c: APIServer(c).delete(path("coordination.k8s.io/v1", "leases", "ns", "l:1"), DELETE)),
+    ("delete a pod with a uid precondition", lambda c: client.CoreV1Api(c).delete_namespaced_pod(
+        "web-0", "ns", body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="u-1")), _preload_content=False),
+     lambda c: APIServer(c).delete(path("v1", "pods", "ns", "web-0"), {"preconditions": {"uid": "u-1"}})),
     ("delete a pod", lambda c: client.CoreV1Api(c).delete_namespaced_pod("web-0", "ns", body=DELETE, _preload_content=False),
      lambda c: APIServer(c).delete(path("v1", "pods", "ns", "web-0"), DELETE)),
     ("create a lease", lambda c: client.CoordinationV1Api(c).create_namespaced_lease("ns", LEASE),
