@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-from agent.infra.apiserver import STRATEGIC_MERGE as STRATEGIC_MERGE  # agent.daemon.rollout imports it here
-from agent.infra.apiserver import APIServer, path
+from agent.infra.apiserver import STRATEGIC_MERGE, APIServer, path
 from agent.infra.errors import is_temporary
 from agent.infra.logging import get_logger
 from agent.infra.metrics import Metrics

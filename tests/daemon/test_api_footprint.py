@@ -41,23 +41,43 @@ class RecordingDaemon(Daemon):
         return self
 
 
-def test_the_daemon_never_imports_the_typed_api_classes(env: Env, tmp_path: Path) -> None:
+def _run_recording(env: Env, tmp_path: Path, config: Path, components: tuple[str, ...]) -> RecordingDaemon:
+    daemon = RecordingDaemon(config, tmp_path / "daemon.log", tmp_path / "modules.json")
+    env.daemons.append(daemon)
+    daemon.start()
+    daemon.ready()
+    for component in components:
+        wait_for(lambda component=component: daemon.logged("component.started", component=component), component)
+    return daemon
+
+
+def _typed_modules(daemon: RecordingDaemon) -> list[str]:
+    assert daemon.terminate() == 0
+    imported = json.loads(daemon.modules.read_text())
+    assert "agent.infra.apiserver" in imported and "kubernetes.client.api_client" in imported
+    return [m for m in imported if m.startswith(TYPED)]
+
+
+def _workloads(env: Env, vpa_annotation: bool) -> None:
     c = env.cluster
     c.serve("autoscaling.k8s.io", "v1", "verticalpodautoscalers", kind="VerticalPodAutoscaler")
     c.serve("apps", "v1", "statefulsets", kind="StatefulSet")
     c.serve("apps", "v1", "daemonsets", kind="DaemonSet")
     c.put("apps", "v1", "statefulsets", {"metadata": {"name": "db", "namespace": "shop", "uid": "s-1", "annotations": {
-        "kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}}, "spec": {}})  # told: rollout is off
+        "kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}}, "spec": {}})
+    annotations = {"kube-cgroup-agent.io/vpa-actuator": "node"} if vpa_annotation else {}
+    c.put("autoscaling.k8s.io", "v1", "verticalpodautoscalers", {"metadata": {
+        "name": "web", "namespace": "shop", "uid": "v-1", "annotations": annotations},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}})
+
+
+def test_the_daemon_never_imports_the_typed_api_classes(env: Env, tmp_path: Path) -> None:
+    c = env.cluster
+    _workloads(env, vpa_annotation=False)  # the StatefulSet is told rollout is off (an opt-in notice)
     env.node.add_pod(manifest("g", [ctr("app", lim={"cpu": "500m", "memory": "256Mi"})]))
     env.publish("g")
-    modules = tmp_path / "modules.json"
     config = env.config(vpa={"enabled": True}, recommender={"enabled": True})
-    daemon = RecordingDaemon(config, tmp_path / "daemon.log", modules)
-    env.daemons.append(daemon)
-    daemon.start()
-    daemon.ready()
-    for component in ("limitranges", "vpa", "recommender", "opt-in-notices"):
-        wait_for(lambda component=component: daemon.logged("component.started", component=component), component)
+    daemon = _run_recording(env, tmp_path, config, ("limitranges", "vpa", "recommender", "opt-in-notices"))
     wait_for(lambda: c.count("GET", "/verticalpodautoscalers"), "the VPA watch")
     wait_for(lambda: c.count("POST", "/events"), "the opt-in notice")
     wait_for(lambda: daemon.logged("reconcile", pod="default/g"), "g's first pass")
@@ -65,7 +85,14 @@ def test_the_daemon_never_imports_the_typed_api_classes(env: Env, tmp_path: Path
     env.publish("g")
     wait_for(lambda: "ResizeDone" in c.event_reasons(env.uid("g")), "the ResizeDone event")
     wait_for(lambda: c.recorded("PATCH", "/status"), "the condition")
-    assert daemon.terminate() == 0
-    imported = json.loads(modules.read_text())
-    assert "agent.infra.apiserver" in imported and "kubernetes.client.api_client" in imported
-    assert [m for m in imported if m.startswith(TYPED)] == []
+    assert _typed_modules(daemon) == []
+
+
+def test_the_rollout_component_never_imports_the_typed_api_classes_either(env: Env, tmp_path: Path) -> None:
+    c = env.cluster
+    _workloads(env, vpa_annotation=True)  # the VPA is told VPA in place is off here (an opt-in notice)
+    config = env.config(rollout={"enabled": True, "allowWithoutAdmissionPolicy": True})
+    daemon = _run_recording(env, tmp_path, config, ("rollout", "opt-in-notices"))
+    wait_for(lambda: c.count("GET", "/statefulsets") and c.count("GET", "/daemonsets"), "the workload watches")
+    wait_for(lambda: c.count("POST", "/events"), "the opt-in notice")
+    assert _typed_modules(daemon) == []

@@ -25,7 +25,6 @@ again by the next start (its revision label says whether the patch happened). It
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from agent.daemon.rollout.revisions import Revisions
 from agent.daemon.rollout.slots import Slots
 from agent.daemon.rollout.status import Notices, raw_ref
 from agent.daemon.rollout.update import Flight, Updater
+from agent.infra.apiserver import APIServer, path
 from agent.infra.logging import get_logger
 from agent.kube.trim import without_managed_fields
 from agent.rollout.config import RolloutSettings
@@ -73,27 +73,24 @@ class RolloutComponent:
     name = "rollout"
 
     def __init__(self, ctx: DaemonContext, settings: RolloutSettings) -> None:
-        from kubernetes import client
-
         self.ctx = ctx
         self.settings = settings
         self.node = ctx.node or ""
-        self.apps = client.AppsV1Api(ctx.api)
-        core = client.CoreV1Api(ctx.api)
+        self.api = api = APIServer(ctx.api)
         self.wake = threading.Event()
         self.statefulsets = ObjectCache(self.wake.set, keep=kept_workload)
         self.daemonsets = ObjectCache(self.wake.set, keep=kept_workload)
-        self.reads = Revisions(self.apps, core, settings)
-        self.notices = Notices(ctx, self.node, self.apps)
-        self.updates = Updater(ctx, settings, core, Slots(ctx.api, self.node), self.notices)
+        self.reads = Revisions(api, settings)
+        self.notices = Notices(ctx, self.node, api)
+        self.updates = Updater(ctx, settings, api, Slots(ctx.api, self.node), self.notices)
         self._threads = Threads(ctx.metrics)
 
     # ---- lifecycle ----
 
     def start(self, stop: threading.Event) -> None:
         loops = [
-            ("rollout-statefulsets", lambda s: self._watch(self.apps.list_stateful_set_for_all_namespaces, "statefulsets", self.statefulsets, s)),
-            ("rollout-daemonsets", lambda s: self._watch(self.apps.list_daemon_set_for_all_namespaces, "daemonsets", self.daemonsets, s)),
+            ("rollout-statefulsets", lambda s: self._watch(self.api.lister(path("apps/v1", "statefulsets")), "statefulsets", self.statefulsets, s)),
+            ("rollout-daemonsets", lambda s: self._watch(self.api.lister(path("apps/v1", "daemonsets")), "daemonsets", self.daemonsets, s)),
             ("rollout", self._loop),
         ]
         self._threads.start(loops, stop)
@@ -186,11 +183,8 @@ class RolloutComponent:
 
 def admission_policy_api(api: Any) -> bool:
     """Whether the cluster serves ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1, 1.30+)."""
-    from kubernetes import client
-
     try:
-        found: Any = client.AdmissionregistrationV1Api(api).get_api_resources(_preload_content=False, _request_timeout=(10, 30))
-        resources = json.loads(found.data).get("resources") or []
+        resources = (APIServer(api).get(path("admissionregistration.k8s.io/v1"), timeout=(10, 30)) or {}).get("resources") or []
     except Exception:
         return False
     return any(isinstance(r, Mapping) and r.get("name") == "validatingadmissionpolicies" for r in resources)

@@ -8,10 +8,10 @@ node is behind, and a revision read once serves every later pass.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from agent.infra.apiserver import APIServer, path
 from agent.kube.errors import APINotFound, wrap
 from agent.pods.quantity import parse_any
 from agent.rollout.config import RolloutSettings
@@ -27,29 +27,28 @@ from agent.rollout.workload import (
 
 
 class Revisions:
-    def __init__(self, apps: Any, core: Any, settings: RolloutSettings) -> None:
-        self.apps = apps  # kubernetes.client.AppsV1Api
-        self.core = core  # kubernetes.client.CoreV1Api
+    def __init__(self, api: APIServer, settings: RolloutSettings) -> None:
+        self.api = api
         self.settings = settings
         self.revisions: dict[tuple[str, str], Mapping[str, Any]] = {}  # (ns, name) -> ControllerRevision (immutable)
         self.ds_update: dict[tuple[str, int], str] = {}  # (DaemonSet uid, generation) -> update revision name
 
     def pods(self, w: Workload) -> list[Mapping[str, Any]]:
         """The workload's pods, on every node."""
-        listed: Any = self.core.list_namespaced_pod(w.namespace, label_selector=w.label_selector, _preload_content=False, _request_timeout=(10, 30))
-        items = json.loads(listed.data).get("items") or []
+        listed = self.api.list(path("v1", "pods", w.namespace), {"labelSelector": w.label_selector}, timeout=(10, 30))
+        items = listed.get("items") or []
         return [p for p in items if owned_by(p, w.uid)]
 
     def _revision(self, ns: str, name: str) -> Mapping[str, Any] | None:
         cached = self.revisions.get((ns, name))
         if cached is None:
             try:
-                got: Any = self.apps.read_namespaced_controller_revision(name, ns, _preload_content=False, _request_timeout=(10, 30))
+                got = self.api.get(path("apps/v1", "controllerrevisions", ns, name), timeout=(10, 30))
             except Exception as err:
                 if isinstance(wrap("read revision", err), APINotFound):
                     return None
                 raise
-            cached = json.loads(got.data)
+            cached = got
             self.revisions[(ns, name)] = cached
         return cached
 
@@ -62,8 +61,9 @@ class Revisions:
         if name is None and w.observed_generation < w.generation:
             return None  # the controller has not written this generation's revision yet: next pass
         if name is None:
-            listed: Any = self.apps.list_namespaced_controller_revision(w.namespace, label_selector=w.label_selector, _preload_content=False, _request_timeout=(10, 30))
-            items = json.loads(listed.data).get("items") or []
+            listed = self.api.list(path("apps/v1", "controllerrevisions", w.namespace), {"labelSelector": w.label_selector},
+                                   timeout=(10, 30))
+            items = listed.get("items") or []
             for item in items:
                 self.revisions[(w.namespace, str(item["metadata"]["name"]))] = item
             latest = daemonset_update_revision(items, w.uid)

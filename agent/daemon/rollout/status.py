@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from agent.daemon.components import DaemonContext
+from agent.infra.apiserver import STRATEGIC_MERGE, APIServer, path
 from agent.infra.logging import get_logger
 from agent.kube.errors import wrap
 from agent.kube.status import PodRef
@@ -39,10 +40,10 @@ def workload_ref(w: Workload) -> PodRef:
 
 
 class Notices:
-    def __init__(self, ctx: DaemonContext, node: str, apps: Any) -> None:
+    def __init__(self, ctx: DaemonContext, node: str, api: APIServer) -> None:
         self.ctx = ctx
         self.node = node
-        self.apps = apps  # kubernetes.client.AppsV1Api
+        self.api = api
         self.status: dict[str, str] = {}  # workload key -> last status annotation written
         self._said: set[tuple[str, str]] = set()  # (object, what) already reported once
 
@@ -88,10 +89,8 @@ class Notices:
         self.status[w.key] = text
         patch = {"metadata": {"annotations": {status_key(self.node): text}}}
         try:
-            if w.kind.value == "StatefulSet":
-                self.apps.patch_namespaced_stateful_set(w.name, w.namespace, patch, _preload_content=False, _request_timeout=(10, 30))
-            else:
-                self.apps.patch_namespaced_daemon_set(w.name, w.namespace, patch, _preload_content=False, _request_timeout=(10, 30))
+            plural = "statefulsets" if w.kind.value == "StatefulSet" else "daemonsets"
+            self.api.patch(path("apps/v1", plural, w.namespace, w.name), patch, STRATEGIC_MERGE, timeout=(10, 30))
         except Exception as err:
             problem = str(wrap(f"annotate {w.key}", err))
             self.once(w.key, "status-annotation", lambda: log.warning("rollout.status_not_written", workload=w.key, error=problem))

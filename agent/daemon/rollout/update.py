@@ -9,7 +9,6 @@ Also here: the readiness condition of a new pod whose template lists the gate (n
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,9 +17,10 @@ from typing import Any
 from agent.daemon.components import DaemonContext
 from agent.daemon.rollout.slots import Slots
 from agent.daemon.rollout.status import Notices, workload_ref
+from agent.infra.apiserver import STRATEGIC_MERGE, APIServer, path
 from agent.infra.logging import get_logger
 from agent.kube.errors import APIConflict, APIError, wrap
-from agent.kube.status import STRATEGIC_MERGE, now_rfc3339
+from agent.kube.status import now_rfc3339
 from agent.pods.parse import controller_owner
 from agent.rollout.config import RolloutSettings
 from agent.rollout.eligibility import Change, Kind
@@ -59,10 +59,10 @@ class Flight:
 
 
 class Updater:
-    def __init__(self, ctx: DaemonContext, settings: RolloutSettings, core: Any, slots: Slots, notices: Notices) -> None:
+    def __init__(self, ctx: DaemonContext, settings: RolloutSettings, api: APIServer, slots: Slots, notices: Notices) -> None:
         self.ctx = ctx
         self.settings = settings
-        self.core = core  # kubernetes.client.CoreV1Api
+        self.api = api
         self.slots = slots
         self.notices = notices
         self.flights: dict[str, Flight] = {}  # pod uid -> its update
@@ -129,39 +129,34 @@ class Updater:
     def _condition(self, f: Flight, ready: bool, reason: str, message: str) -> Mapping[str, Any]:
         """Set the InPlaceUpdateReady condition; the pod as it is now (its new resourceVersion)."""
         body = condition_body(f.uid, ready, reason, message, now_rfc3339())
-        resp: Any = self.core.patch_namespaced_pod_status(f.pod, f.workload.namespace, body, _content_type=STRATEGIC_MERGE,
-                                                          _preload_content=False, _request_timeout=(10, 30))
-        pod: Mapping[str, Any] = json.loads(resp.data)
+        pod: Mapping[str, Any] | None = self.api.patch(path("v1", "pods", f.workload.namespace, f.pod, "status"), body,
+                                                        STRATEGIC_MERGE, timeout=(10, 30))
+        if pod is None:
+            raise ValueError(f"the API server's answer to the condition of {f.workload.namespace}/{f.pod} is not JSON")
         return pod
 
     def _patch(self, f: Flight, pod: Mapping[str, Any]) -> bool:
         w = f.workload
         try:
             if f.change.kind is Kind.RECREATE:
-                from kubernetes import client
-
-                options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=f.uid))
-                self.core.delete_namespaced_pod(f.pod, w.namespace, body=options, _preload_content=False, _request_timeout=(10, 30))
+                self.api.delete(path("v1", "pods", w.namespace, f.pod), {"preconditions": {"uid": f.uid}}, timeout=(10, 30))
                 self._pod_event(f, "RecreatedForUpdate", f"deleted for revision {f.update_hash}: {f.change.reason}", False)
                 return True
             for attempt in range(3):  # a conflict (the kubelet wrote the pod's status meanwhile): read again, retry
                 f.before = runs(pod)
                 body = in_place_body(pod, w, f.update_hash, f.change, now_rfc3339())
                 try:
-                    self.core.patch_namespaced_pod(f.pod, w.namespace, body, _content_type=STRATEGIC_MERGE,
-                                                   _preload_content=False, _request_timeout=(10, 30))
+                    self.api.patch(path("v1", "pods", w.namespace, f.pod), body, STRATEGIC_MERGE, timeout=(10, 30))
                     break
                 except Exception as err:
                     if not isinstance(wrap("patch", err), APIConflict) or attempt == 2:
                         raise
-                    got: Any = self.core.read_namespaced_pod(f.pod, w.namespace, _preload_content=False, _request_timeout=(10, 30))
-                    pod = json.loads(got.data)
+                    pod = self.api.get(path("v1", "pods", w.namespace, f.pod), timeout=(10, 30))
                     if str(pod["metadata"]["uid"]) != f.uid:
                         return False
             if f.change.resources:
                 resize = {"spec": {"containers": [{"name": n, "resources": r} for n, r in sorted(f.change.resources.items())]}}
-                self.core.patch_namespaced_pod_resize(f.pod, w.namespace, resize, _content_type=STRATEGIC_MERGE,
-                                                      _preload_content=False, _request_timeout=(10, 30))
+                self.api.patch(path("v1", "pods", w.namespace, f.pod, "resize"), resize, STRATEGIC_MERGE, timeout=(10, 30))
         except Exception as err:
             api_err = err if isinstance(err, APIError) else wrap(f"update pod {w.namespace}/{f.pod}", err)
             if isinstance(api_err, APIConflict):
@@ -234,7 +229,7 @@ class Updater:
             body = (condition_body(uid, True, "NotUpdating", "no in-place update in progress", now_rfc3339()) if gate is None
                     else condition_body(uid, True, "UpdatedInPlace", "finished after the agent restarted", now_rfc3339()))
             try:
-                self.core.patch_namespaced_pod_status(str(meta.get("name")), str(meta.get("namespace") or "default"), body,
-                                                      _content_type=STRATEGIC_MERGE, _preload_content=False, _request_timeout=(10, 30))
+                ns, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+                self.api.patch(path("v1", "pods", ns, name, "status"), body, STRATEGIC_MERGE, timeout=(10, 30))
             except Exception as err:
                 log.warning("rollout.gate_failed", pod=f"{meta.get('namespace')}/{meta.get('name')}", error=str(wrap("set condition", err)))
