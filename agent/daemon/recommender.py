@@ -13,7 +13,7 @@ from pathlib import Path
 from agent.daemon.components import Component, DaemonContext
 from agent.infra.logging import get_logger
 from agent.recommender.estimate import recommend
-from agent.recommender.publish import RECOMMENDER_INTERVAL_S, Publisher
+from agent.recommender.publish import Publisher
 from agent.recommender.sampler import Sampler, Target, reader_for, targets
 from agent.recommender.state import RecommenderState
 from agent.recommender.store import load, save
@@ -63,13 +63,14 @@ class RecommenderComponent:
 
     def _loop(self, stop: threading.Event) -> None:
         interval = self.context.settings.recommender.sample_interval_s
+        publish_every = self.context.settings.recommender.recommender_interval_s
         last_save = last_publish = time.monotonic()
         while not stop.wait(interval):
             try:
                 self.tick()
             except Exception as err:  # a bad tick must not end the sampler: log it, go on
                 log.warning("recommender.tick_failed", error=f"{type(err).__name__}: {err}")
-            if self.publisher is not None and time.monotonic() - last_publish >= RECOMMENDER_INTERVAL_S:
+            if self.publisher is not None and time.monotonic() - last_publish >= publish_every:
                 last_publish = time.monotonic()
                 try:
                     for vpa in self.publisher.step():
@@ -81,6 +82,19 @@ class RecommenderComponent:
                 last_save = time.monotonic()
         self.persist()
         self.sampler.close()
+        self._release()
+
+    def _release(self) -> None:
+        """At shutdown: the Leases of the VPAs this node publishes go to the other nodes now."""
+        if self.publisher is None:
+            return
+        try:
+            released = self.publisher.release_all()
+        except Exception as err:  # the API may be gone too: the Leases then expire
+            log.warning("recommender.release_failed", error=f"{type(err).__name__}: {err}")
+            return
+        if released:
+            log.info("recommender.released", leases=released)
 
     def persist(self) -> None:
         self.state.forget_older_than(self.clock())

@@ -26,6 +26,7 @@ DAY_S: Final = 86_400.0
 class RecommenderSettings:
     enabled: bool = False  # the sampler in the daemon; `recommend --samples` works regardless
     sample_interval_s: float = 1.0  # the node samples CPU every second (VPA: metrics once a minute)
+    recommender_interval_s: float = 60.0  # --recommender-interval: at most one status write per VPA per interval
     # --cpu-histogram-decay-half-life / --memory-histogram-decay-half-life (aggregations_config.go: 24h)
     cpu_histogram_decay_half_life_s: float = DAY_S
     memory_histogram_decay_half_life_s: float = DAY_S
@@ -103,6 +104,9 @@ def parse_recommender(raw: object) -> RecommenderSettings:
                  "throttle_threshold"):
         if not 0.0 < getattr(out, name) <= 1.0:
             problems.append(f"recommender.{_camel(name)} must be in (0, 1]")
+    for name in ("sample_interval_s", "recommender_interval_s"):
+        if getattr(out, name) <= 0:
+            problems.append(f"recommender.{_camel(name)} must be above zero")
     if problems:
         raise ValueError("; ".join(problems))
     return out

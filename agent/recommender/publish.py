@@ -3,8 +3,11 @@
 node, holding per container the histograms VPA's checkpoints hold), and one node per VPA — the holder of the
 Lease `kcg-rec-<vpa>` — merges every node's partials (decaying histograms with a common reference add) and
 writes `status.recommendation` and the conditions RecommendationProvided / LowConfidence, at most once per
-`recommenderInterval`. When the holder dies, its Lease expires and another node takes over within one lease
-period; nothing is lost, since the partials live in the API.
+`recommenderInterval`. The holder renews its Lease at each publishing step, once an interval, so the Lease
+lasts two intervals and a margin (`lease_seconds`): a holder that keeps stepping keeps it, whatever the other
+nodes' phases. A holder that stops gives its Leases up (deletes them), and another node takes over at its next
+step; one that dies is taken over once its Lease has expired. Nothing is lost, since the partials live in
+the API.
 
 Why a CRD of the project's own and not VerticalPodAutoscalerCheckpoint: the VPA recommender loads and
 garbage-collects checkpoints; objects it does not own must not look like its own. The pure parts (which
@@ -22,7 +25,7 @@ from typing import Any, Final
 
 from agent.core.model import PodView
 from agent.infra.apiserver import MERGE_PATCH, APIServer, path
-from agent.infra.lease import acquire, micro
+from agent.infra.lease import acquire, micro, release
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.estimate import recommend
 from agent.recommender.model import ContainerHistory
@@ -34,8 +37,14 @@ VPA: Final = ("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
 PARTIAL: Final = ("kube-cgroup-agent.io", "v1alpha1", "recommendationpartials")
 LABEL_VPA: Final = "kube-cgroup-agent.io/vpa"
 LABEL_NODE: Final = "kube-cgroup-agent.io/node"
-LEASE_SECONDS: Final = 30
-RECOMMENDER_INTERVAL_S: Final = 60.0  # VPA's --recommender-interval: at most one status write per VPA per interval
+LEASE_MARGIN_S: Final = 10  # beyond two intervals: a step delayed by a slow API call keeps its Lease
+
+
+def lease_seconds(interval_s: float) -> int:
+    """How long a holder's Lease lasts: it renews once an interval (at its step), so two intervals and a margin
+    (a Lease shorter than the interval expires between the holder's steps, and whichever node steps then takes
+    it: the leadership would move at every step)."""
+    return int(2 * interval_s) + LEASE_MARGIN_S
 
 
 # ---- pure ----
@@ -113,6 +122,7 @@ class Publisher:
     pods: Callable[[], Sequence[PodView]]
     clock: Callable[[], float] = time.time
     _written: dict[str, float] = field(default_factory=dict)  # VPA key -> when its status was last written
+    _held: set[tuple[str, str]] = field(default_factory=set)  # (namespace, VPA) whose Lease this node holds
     writes: int = 0
 
     def _server(self) -> APIServer:
@@ -137,7 +147,8 @@ class Publisher:
             mine = partial(self.state, [p for p in pods if selects(vpa, p)])
             if mine:
                 self._publish(co, ns, name, mine)
-            if self._lead(ns, name) and self.clock() - self._written.get(f"{ns}/{name}", -1e18) >= RECOMMENDER_INTERVAL_S:
+            interval = self.state.settings.recommender_interval_s
+            if self._lead(ns, name) and self.clock() - self._written.get(f"{ns}/{name}", -1e18) >= interval:
                 docs = co.list(_path(PARTIAL, ns), {"labelSelector": f"{LABEL_VPA}={name}"})["items"]
                 merged = merge_partials(self.state.settings, docs)
                 co.patch(_path(VPA, ns, name, "status"), {"status": status_for(self.state.settings, merged, self.clock())}, MERGE_PATCH)
@@ -166,4 +177,21 @@ class Publisher:
 
     def _lead(self, ns: str, vpa: str) -> bool:
         """Hold (or take over an expired) Lease `kcg-rec-<vpa>`; a conflict means another node won."""
-        return acquire(self.api, ns, f"kcg-rec-{vpa}"[:253], self.node, LEASE_SECONDS, self.clock)
+        duration = lease_seconds(self.state.settings.recommender_interval_s)
+        held = acquire(self.api, ns, _lease_name(vpa), self.node, duration, self.clock)
+        (self._held.add if held else self._held.discard)((ns, vpa))
+        return held
+
+    def release_all(self) -> int:
+        """Give up every Lease this node holds (at shutdown): the next node to step takes over at once, not
+        after the Lease expires. Returns how many were released; an API error is the caller's to log."""
+        released = 0
+        for ns, vpa in sorted(self._held):
+            release(self.api, ns, _lease_name(vpa), self.node)
+            self._held.discard((ns, vpa))
+            released += 1
+        return released
+
+
+def _lease_name(vpa: str) -> str:
+    return f"kcg-rec-{vpa}"[:253]

@@ -48,3 +48,28 @@ def test_off_by_default(env: Env) -> None:
     # read-only opt-in notices (the features are off in the code's defaults)
     assert [x["component"] for x in daemon.logged("component.started")] == ["limitranges", "opt-in-notices"]
     assert not (env.tmp / "state" / "recommender.json").exists()
+
+
+def test_at_shutdown_the_daemon_gives_up_the_leases_of_the_vpas_it_publishes(env: Env) -> None:
+    """The publishing node's Lease is deleted at SIGTERM (a pod deleted or rolled): another node takes over at
+    its next step instead of waiting two intervals for the Lease to expire."""
+    c = env.cluster
+    c.serve("autoscaling.k8s.io", "v1", "verticalpodautoscalers", kind="VerticalPodAutoscaler")
+    c.serve("kube-cgroup-agent.io", "v1alpha1", "recommendationpartials", kind="RecommendationPartial")
+    c.serve("coordination.k8s.io", "v1", "leases", kind="Lease")
+    c.put("autoscaling.k8s.io", "v1", "verticalpodautoscalers", {
+        "metadata": {"name": "web", "namespace": "default", "uid": "v-1"},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web"},
+                 "recommenders": [{"name": "kube-cgroup-agent"}]}})
+    pod = _pod("web-0")
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "s-1", "controller": True}]
+    env.node.add_pod(pod)
+    env.publish("web-0")
+    daemon = env.daemon(recommender={"enabled": True, "sampleInterval": "200ms", "recommenderInterval": "1s"})
+    daemon.ready()
+    wait_for(lambda: daemon.logged("recommender.published", vpa="default/web"), "the VPA's status written")
+    lease = c.get("coordination.k8s.io", "v1", "leases", "default", "kcg-rec-web")
+    assert lease is not None and lease["spec"]["leaseDurationSeconds"] == 12  # two intervals and the margin
+    assert daemon.terminate() == 0
+    assert daemon.logged("recommender.released", leases=1)
+    assert c.get("coordination.k8s.io", "v1", "leases", "default", "kcg-rec-web") is None

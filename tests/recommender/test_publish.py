@@ -13,7 +13,7 @@ from kubernetes import client
 from agent.pods.parse import parse_pod
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.model import ContainerHistory
-from agent.recommender.publish import PARTIAL, VPA, Publisher, selects, status_for
+from agent.recommender.publish import PARTIAL, VPA, Publisher, lease_seconds, selects, status_for
 from agent.recommender.state import RecommenderState
 from agent.recommender.trace import Sample
 from tests.support.fakeapi.cluster import FakeCluster
@@ -100,10 +100,10 @@ def test_the_leader_merges_both_nodes_and_a_successor_loses_nothing(api: tuple[F
     patches = cluster.count("PATCH", "/verticalpodautoscalers/api/status")
     assert patches == 2
 
-    # n1 dies (no more steps). Within the lease period n2 cannot take over; after it, it does.
+    # n1 dies (no more steps, nothing released). Within the lease period n2 cannot take over; after it, it does.
     now[0] += 10
     assert b.step() == []
-    now[0] += 61
+    now[0] += lease_seconds(S.recommender_interval_s)
     assert b.step() == ["shop/api"]
     vpa = cluster.get(*VPA, "shop", "api")
     assert vpa is not None
@@ -125,3 +125,57 @@ def test_without_the_vpa_crd_nothing_is_published() -> None:
         assert cluster.count("POST") == 0 and cluster.count("PATCH") == 0
     finally:
         server.stop()
+
+
+def test_the_holder_keeps_its_lease_whatever_the_phase_of_the_other_nodes_steps(
+    api: tuple[FakeCluster, client.ApiClient],
+) -> None:
+    """Each node steps once an interval, at its own phase: the Lease outlives the holder's interval, so the
+    other node, stepping in between, never takes it, and only the holder writes the status."""
+    cluster, c = api
+    now = [T0 + 86_400]
+    a = Publisher(c, "n1", _state("a", 0.2, 300), lambda: [_pod("a", "n1")], clock=lambda: now[0])
+    b = Publisher(c, "n2", _state("b", 1.5, 300), lambda: [_pod("b", "n2")], clock=lambda: now[0])
+    interval = S.recommender_interval_s
+    written: list[str] = []
+    for _ in range(6):
+        written += [f"n1:{v}" for v in a.step()]
+        now[0] += interval * 0.7  # n2's phase: well past a 30 s Lease, within this one
+        written += [f"n2:{v}" for v in b.step()]
+        now[0] += interval * 0.3 + 1
+    assert written == ["n1:shop/api"] * 6
+    lease = cluster.get("coordination.k8s.io", "v1", "leases", "shop", "kcg-rec-api")
+    assert lease is not None and lease["spec"]["holderIdentity"] == "n1"
+    assert lease["spec"]["leaseDurationSeconds"] == lease_seconds(interval) > 2 * interval
+    assert not lease["spec"].get("leaseTransitions")
+
+
+def test_a_holder_that_stops_gives_its_lease_up_and_the_next_node_takes_over_at_once(
+    api: tuple[FakeCluster, client.ApiClient],
+) -> None:
+    cluster, c = api
+    now = [T0 + 86_400]
+    a = Publisher(c, "n1", _state("a", 0.2, 300), lambda: [_pod("a", "n1")], clock=lambda: now[0])
+    b = Publisher(c, "n2", _state("b", 1.5, 300), lambda: [_pod("b", "n2")], clock=lambda: now[0])
+    assert a.step() == ["shop/api"]
+    now[0] += 5
+    assert b.step() == []
+    assert a.release_all() == 1
+    assert a.release_all() == 0  # nothing held any more
+    now[0] += 1  # long before the Lease would have expired
+    assert b.step() == ["shop/api"]
+    lease = cluster.get("coordination.k8s.io", "v1", "leases", "shop", "kcg-rec-api")
+    assert lease is not None and lease["spec"]["holderIdentity"] == "n2"
+
+
+def test_a_released_lease_taken_by_another_node_is_not_released_again(api: tuple[FakeCluster, client.ApiClient]) -> None:
+    cluster, c = api
+    now = [T0 + 86_400]
+    a = Publisher(c, "n1", _state("a", 0.2, 300), lambda: [_pod("a", "n1")], clock=lambda: now[0])
+    b = Publisher(c, "n2", _state("b", 1.5, 300), lambda: [_pod("b", "n2")], clock=lambda: now[0])
+    assert a.step() == ["shop/api"]
+    now[0] += lease_seconds(S.recommender_interval_s) + 1  # n1 stalled past its Lease: n2 takes it
+    assert b.step() == ["shop/api"]
+    a.release_all()  # n1 still believes it holds it: the release leaves n2's Lease alone
+    lease = cluster.get("coordination.k8s.io", "v1", "leases", "shop", "kcg-rec-api")
+    assert lease is not None and lease["spec"]["holderIdentity"] == "n2"
