@@ -128,5 +128,6 @@ def recommender_component(context: DaemonContext) -> Component | None:
                       settings.recommender.throttle_threshold)
     publisher = None
     if context.api is not None and context.node:
-        publisher = Publisher(context.api, context.node, state, context.pods)
+        # the pods as the daemon sees them at each step: the daemon sets context.pods after this is built
+        publisher = Publisher(context.api, context.node, state, lambda: context.pods())
     return RecommenderComponent(context, state, sampler, path, publisher=publisher)

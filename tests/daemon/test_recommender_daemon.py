@@ -11,6 +11,7 @@ import pytest
 from agent.commands.main import main
 from tests.daemon.harness import Env, wait_for
 from tests.resize.manifests import ctr, manifest
+from tests.support.fakeapi.node import NODE
 
 
 def _pod(name: str) -> dict[str, object]:
@@ -50,8 +51,8 @@ def test_off_by_default(env: Env) -> None:
     assert not (env.tmp / "state" / "recommender.json").exists()
 
 
-def test_at_shutdown_the_daemon_gives_up_the_leases_of_the_vpas_it_publishes(env: Env) -> None:
-    """The publishing node's Lease is deleted at SIGTERM (a pod deleted or rolled): another node takes over at
+def test_the_daemon_publishes_its_partials_and_at_shutdown_gives_up_its_leases(env: Env) -> None:
+    """The node publishes its partial history of the VPA's pods; the publishing node's Lease is deleted at SIGTERM (a pod deleted or rolled): another node takes over at
     its next step instead of waiting two intervals for the Lease to expire."""
     c = env.cluster
     c.serve("autoscaling.k8s.io", "v1", "verticalpodautoscalers", kind="VerticalPodAutoscaler")
@@ -68,6 +69,10 @@ def test_at_shutdown_the_daemon_gives_up_the_leases_of_the_vpas_it_publishes(env
     daemon = env.daemon(recommender={"enabled": True, "sampleInterval": "200ms", "recommenderInterval": "1s"})
     daemon.ready()
     wait_for(lambda: daemon.logged("recommender.published", vpa="default/web"), "the VPA's status written")
+    # this node's partial history of the VPA's pod is in the API for the other nodes to merge
+    partial = wait_for(lambda: c.get("kube-cgroup-agent.io", "v1alpha1", "recommendationpartials", "default", f"web-{NODE}"),
+                       "this node's RecommendationPartial")
+    assert list(partial["spec"]["containers"]) == ["app"]
     lease = c.get("coordination.k8s.io", "v1", "leases", "default", "kcg-rec-web")
     assert lease is not None and lease["spec"]["leaseDurationSeconds"] == 12  # two intervals and the margin
     assert daemon.terminate() == 0
