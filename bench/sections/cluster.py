@@ -42,10 +42,11 @@ def _production_nodes(d: dict[str, Any]) -> list[str]:
         lines += ["", f"Goal: the DaemonSet pod under 80 MiB on a near-empty node — {verdict(worst < 80)} ({worst:.0f} MiB at",
                   "most). What the image's process holds before any pod (the same imports measured on this host without",
                   "the development packages): Python and psutil 13.4 MiB, the agent's modules that `run` loads +32.9 (gRPC",
-                  "and protobuf, structlog, prometheus_client), the `kubernetes` package +17.5, the typed `CoreV1Api`",
-                  "with the models it imports +21.5, the apps, custom-objects and event APIs +4.9: 90 MiB; the rest is",
-                  "the watch caches, the allocator's arenas of about twenty threads and the first pass's fragmentation.",
-                  "Calling the API without the typed classes, through the same ApiClient, is what is left to save."]
+                  "and protobuf, structlog, prometheus_client), the `kubernetes` package +17.5 (its ApiClient,",
+                  "configuration loading and urllib3): 64 MiB. The client's typed API classes and their models (+26 MiB",
+                  "before) are never loaded: every call goes through the ApiClient (`agent.infra.apiserver`; a test",
+                  "holds the daemon to it). The rest is the watch caches, the allocator's arenas of about twenty threads",
+                  "and the first pass's fragmentation."]
     qos = d.get("v2_resize_vs_qos_pass") or []
     if qos:
         lines += ["", "On the v2 node, against the kubelet's own next QoS pass: a `pods/resize` of a Burstable pod timed on the",
@@ -84,6 +85,19 @@ def e2e_k8s(d: dict[str, Any]) -> list[str]:
                 "(kubelet-observed.md); the VPA updater acts once a minute.",
             ]
             if "vpa_to_cgroup_ms" in d
+            else []
+        ),
+        *(
+            [
+                "",
+                "One recommendation from two nodes (`test_recommender_two_nodes.py`): a Deployment with a replica on each",
+                "node and a VPA naming the node recommender; both agents publish their partial histories, the Lease's",
+                f"holder writes the merged status (recommenderInterval {d['recommender']['interval_s']:.0f} s, Lease "
+                f"{d['recommender']['lease_s']} s). The holder's agent pod deleted: the other node held the Lease after",
+                f"{d['recommender']['takeover_s']:.1f} s (the deleted agent gives its Leases up at SIGTERM; the other takes over at its",
+                f"next step), and none of {d['recommender']['samples']} samples of the VPA's status (every 0.5 s) lacked a recommendation.",
+            ]
+            if "recommender" in d
             else []
         ),
         *(

@@ -167,6 +167,7 @@ def test_two_nodes_make_one_recommendation_and_the_other_node_takes_over_without
           f"(recommenderInterval {INTERVAL_S:.0f} s, Lease {lease_seconds(INTERVAL_S)} s); CPU target {before} -> {after}, "
           f"{len(sampler.samples)} status samples, none without a recommendation")
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
-        provenance.record(Path(out), "recommender", lambda data: data.update(
-            takeover_s=takeover_s, interval_s=INTERVAL_S, lease_s=lease_seconds(INTERVAL_S), samples=len(sampler.samples)))
+        figure = {"takeover_s": takeover_s, "interval_s": INTERVAL_S, "lease_s": lease_seconds(INTERVAL_S),
+                  "samples": len(sampler.samples)}
+        provenance.record(Path(out), "recommender", lambda data: data.update(recommender=figure))
     wait_for(f"the replacement agent on {holder} Ready", lambda: _ready(holder), 300, 2)
