@@ -177,7 +177,7 @@ def _converged(agent: NodeAgent, uids: set[str]) -> tuple[dict[str, Any], Compar
     last: list[tuple[dict[str, Any], Comparison]] = []
 
     def agreed() -> bool:
-        diff = agent.core.diff()
+        diff = agent.diff()
         last[:] = [(diff, compare(agent.node, diff, uids))]
         return not last[0][1].disagreements
 

@@ -65,7 +65,9 @@ def main() -> int:
     for comp in found:
         print(f"import circle of {len(comp)} modules: {', '.join(comp)}", file=sys.stderr)
     if not found:
-        print("import graph: no circle")
+        graph = grimp.build_graph("agent", "cgroupfs")
+        packages = sorted(m.split(".")[1] for m in graph.find_children("agent") if graph.find_children(m))
+        print(f"import graph of {len(graph.modules)} modules: no circle (agent: {', '.join(packages)}; cgroupfs)")
     return 1 if found else 0
 
 
