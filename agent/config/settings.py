@@ -8,7 +8,7 @@ one clear line each, in a single `ConfigError`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -187,7 +187,3 @@ def load_file(path: Path, base: Settings | None = None) -> Settings:
     if not isinstance(raw, Mapping):
         raise ConfigError([f"config {path} must be a map of settings"])
     return from_mapping(raw, base, relative_to=path.parent)
-
-
-def field_names() -> tuple[str, ...]:
-    return tuple(f.name for f in fields(Settings))

@@ -53,11 +53,11 @@ from agent.resize.report import PassReport
 from agent.resize.snapshot import Reader, Simulated, Snapshot, merged
 from agent.resize.store import PodStore
 from agent.resize.tally import NodeTally, ToRead
-from agent.resize.types import ResizeState, ResizeStatus
+from agent.resize.types import ResizeStatus
 
 DEFAULT_TIMING = sm.Timing()
 
-__all__ = ["ResizeEngine", "dry_run", "is_settled"]
+__all__ = ["ResizeEngine", "dry_run"]
 
 
 class ResizeEngine:
@@ -274,10 +274,6 @@ class ResizeEngine:
         """Write the completed resizes' records the store holds back (see `agent.resize.store`): the
         node-wide pass does, and the daemon at shutdown."""
         self.persist.flush()
-
-
-def is_settled(status: ResizeStatus | None) -> bool:
-    return status is None or status.state in (ResizeState.DONE, ResizeState.INFEASIBLE)
 
 
 def dry_run(settings: Settings, env: Environment, pods: Sequence[PodView]) -> PassReport | None:
