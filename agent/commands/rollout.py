@@ -11,6 +11,7 @@ from typing import Any
 
 from agent.infra.errors import PermanentError
 from agent.rollout.config import RolloutSettings
+from agent.rollout.order import WorkloadKind
 from agent.rollout.report import status, table
 from agent.rollout.workload import (
     RolloutConfigError,
@@ -42,8 +43,7 @@ def run(target: str, namespace: str, kubeconfig: str | None, settings: RolloutSe
 
     api = APIServer(api_client(kubeconfig))
     try:
-        plural = "statefulsets" if kind == "StatefulSet" else "daemonsets"
-        raw = api.get(path("apps/v1", plural, namespace, name), timeout=(10, 30))
+        raw = api.get(path("apps/v1", WorkloadKind(kind).plural, namespace, name), timeout=(10, 30))
         try:
             w = parse_workload(kind, raw)
         except RolloutConfigError as err:

@@ -23,6 +23,11 @@ class WorkloadKind(enum.StrEnum):
     STATEFUL_SET = "StatefulSet"
     DAEMON_SET = "DaemonSet"
 
+    @property
+    def plural(self) -> str:
+        """The resource's name in API paths (`apps/v1` statefulsets, daemonsets)."""
+        return self.value.lower() + "s"
+
 
 @dataclass(frozen=True, slots=True)
 class PodState:

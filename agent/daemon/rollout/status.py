@@ -89,8 +89,7 @@ class Notices:
         self.status[w.key] = text
         patch = {"metadata": {"annotations": {status_key(self.node): text}}}
         try:
-            plural = "statefulsets" if w.kind.value == "StatefulSet" else "daemonsets"
-            self.api.patch(path("apps/v1", plural, w.namespace, w.name), patch, STRATEGIC_MERGE, timeout=(10, 30))
+            self.api.patch(path("apps/v1", w.kind.plural, w.namespace, w.name), patch, STRATEGIC_MERGE, timeout=(10, 30))
         except Exception as err:
             problem = str(wrap(f"annotate {w.key}", err))
             self.once(w.key, "status-annotation", lambda: log.warning("rollout.status_not_written", workload=w.key, error=problem))
