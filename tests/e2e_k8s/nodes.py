@@ -163,6 +163,20 @@ class NodeAgent:
         return sorted(int(p) for p in node_exec(self.node, "sh", "-c", script).split())
 
 
+def short(node: str) -> str:
+    """"v1" or "v2": the node's cgroup version, for the names of what a test makes on it."""
+    return "v2" if node == V2_NODE else "v1"
+
+
+def agent_ready(node: str) -> bool:
+    """The agent on `node` is Ready; False, not an error, while the DaemonSet has no pod there (between a
+    pod's deletion and its replacement)."""
+    try:
+        return NodeAgent(node).ready()
+    except AssertionError:
+        return False
+
+
 def normalised(filename: str, value: str | None) -> str | None:
     """A file's value as the kernel means it: v1 reads an unlimited memory limit back as a page-counter
     ceiling, v2 writes `max`; memory limits are kept in whole pages (100M reads back as 99999744)."""

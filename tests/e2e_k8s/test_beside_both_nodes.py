@@ -32,6 +32,7 @@ from tests.e2e_k8s.nodes import (
     node_exec,
     pod_uid,
     read_files,
+    short,
     wait_for,
 )
 
@@ -93,7 +94,7 @@ def _event(run: NodeRun) -> None:
     before = _tier(run.node)
     if kind == "arrive" or not run.alive:
         run.serial += 1
-        name = f"b{run.serial}-{'v2' if run.node == V2_NODE else 'v1'}"
+        name = f"b{run.serial}-{short(run.node)}"
         run.cpu_milli[name] = 200
         kubectl("apply", "-f", "-", stdin=_pod(run, name, 200))
         run.alive.append(name)

@@ -27,6 +27,7 @@ from tests.e2e_k8s.nodes import (
     kubectl,
     needs_cluster,
     read_files,
+    short,
     wait_for,
 )
 from tests.e2e_k8s.v1_node import running
@@ -57,10 +58,6 @@ def agents() -> Iterator[dict[str, NodeAgent]]:
         yield found
     finally:
         kubectl("delete", "deployment,vpa", "-l", "kcg-e2e=vpa", "--wait=false")
-
-
-def _short(node: str) -> str:
-    return "v2" if node == V2_NODE else "v1"
 
 
 def _patience(node: str, seconds: float) -> float:
@@ -136,7 +133,7 @@ def _quota(node: str, pod: str, expected: int) -> bool:
 
 @pytest.mark.parametrize("node", NODES)
 def test_vpa_in_place_through_the_kubelet_with_the_panic_button(agents: dict[str, NodeAgent], node: str) -> None:
-    agent, name = agents[node], f"shop-{_short(node)}"
+    agent, name = agents[node], f"shop-{short(node)}"
     kubectl("apply", "-f", "-", stdin=json.dumps(_deployment(
         name, node, ["sleep", "1000000"], {"cpu": "100m", "memory": "32Mi"}, {"cpu": "200m", "memory": "64Mi"})))
     pod = _started(name, node)
@@ -177,7 +174,7 @@ def test_vpa_never_shrinks_memory_below_what_the_container_holds(agents: dict[st
     """The container really holds 150 MiB (a file in its tmpfs: memory it cannot give back); the
     recommendation would take its limit from 400Mi to 100Mi. The pods/resize the agent sends stops at the
     working set + 10 %."""
-    agent, name = agents[node], f"holder-{_short(node)}"
+    agent, name = agents[node], f"holder-{short(node)}"
     hold = "head -c 150m /dev/zero > /hold/x && sleep 1000000"
     kubectl("apply", "-f", "-", stdin=json.dumps(_deployment(
         name, node, ["sh", "-c", hold], {"cpu": "100m", "memory": "200Mi"}, {"cpu": "200m", "memory": "400Mi"},
@@ -211,7 +208,7 @@ def test_vpa_infeasible_on_the_real_kubelet_is_reported_and_explained(agents: di
     """A 64-CPU recommendation on this 2-CPU node: the pods/resize is sent, the kubelet marks it
     PodResizePending/Infeasible, the agent puts one VPAResizeInfeasible Event on the pod and holds a
     higher recommendation back; `explain`, reading the same objects from the API, says so."""
-    agent, name = agents[node], f"greedy-{_short(node)}"
+    agent, name = agents[node], f"greedy-{short(node)}"
     kubectl("apply", "-f", "-", stdin=json.dumps(_deployment(
         name, node, ["sleep", "1000000"], {"cpu": "100m", "memory": "32Mi"}, {"cpu": "200m", "memory": "64Mi"})))
     pod = _started(name, node)
@@ -255,7 +252,7 @@ def test_vpa_acts_only_when_opted_in_and_outside_the_bounds_with_its_container_p
     """A VPA without the node actuator's annotation is left to VPA's own updater; opted in, a recommendation
     whose range holds the pod's requests waits (the pod is young); one outside it is applied, clamped by the
     container policy's maxAllowed, with RequestsOnly keeping the limit where it was."""
-    agent, name = agents[node], f"bounded-{_short(node)}"
+    agent, name = agents[node], f"bounded-{short(node)}"
     kubectl("apply", "-f", "-", stdin=json.dumps(_deployment(
         name, node, ["sleep", "1000000"], {"cpu": "200m", "memory": "32Mi"}, {"cpu": "400m", "memory": "64Mi"})))
     pod = _started(name, node)

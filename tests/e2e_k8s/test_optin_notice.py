@@ -6,18 +6,10 @@ from __future__ import annotations
 
 import json
 
-from tests.e2e_k8s.nodes import NODES, NodeAgent, kubectl, needs_cluster, wait_for
+from tests.e2e_k8s.nodes import NODES, NodeAgent, agent_ready, kubectl, needs_cluster, wait_for
 
 pytestmark = needs_cluster
 NS = "optin"
-
-
-def _ready(node: str) -> bool:
-    """Ready, and False while the DaemonSet has no pod there yet (between a delete and its replacement)."""
-    try:
-        return NodeAgent(node).ready()
-    except AssertionError:
-        return False
 
 
 def test_a_vpa_naming_the_switched_off_recommender_is_told_once_and_describe_says_why() -> None:
@@ -40,7 +32,7 @@ def test_a_vpa_naming_the_switched_off_recommender_is_told_once_and_describe_say
 
         events = wait_for("the FeatureOffOnNode Event", told, 300, 2)
         for node in NODES:
-            wait_for(f"the restarted agent on {node} Ready", lambda node=node: _ready(node), 300, 2)
+            wait_for(f"the restarted agent on {node} Ready", lambda node=node: agent_ready(node), 300, 2)
         events = told() or []
         assert len(events) == 1, [e["metadata"]["name"] for e in events]
         assert "recommender.enabled is false" in events[0]["message"]

@@ -32,6 +32,7 @@ from tests.e2e_k8s.nodes import (
     needs_cluster,
     node_exec,
     property_disagreements,
+    short,
     wait_for,
 )
 
@@ -97,13 +98,9 @@ RESIZES = {
 }
 
 
-def _short(node: str) -> str:
-    return "v2" if node == V2_NODE else "v1"
-
-
 def _manifest(node: str, shape: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{shape}-{_short(node)}", "namespace": NS, "labels": {"oracle": "yes"}},
+            "metadata": {"name": f"{shape}-{short(node)}", "namespace": NS, "labels": {"oracle": "yes"}},
             "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, **json.loads(json.dumps(spec))}}
 
 
@@ -130,7 +127,7 @@ def _all_running(node: str) -> list[dict[str, Any]] | None:
 def _resized(node: str) -> bool:
     """The kubelet actuated both resizes: the containers' reported resources are the new spec."""
     for shape, want in RESIZES.items():
-        pod = json.loads(kubectl("get", "pod", "-n", NS, f"{shape}-{_short(node)}", "-o", "json"))
+        pod = json.loads(kubectl("get", "pod", "-n", NS, f"{shape}-{short(node)}", "-o", "json"))
         conditions = {c["type"] for c in pod["status"].get("conditions") or []}
         if conditions & {"PodResizePending", "PodResizeInProgress"}:
             return False
@@ -162,7 +159,7 @@ def oracle_pods() -> Iterator[None]:
         for shape, resources in RESIZES.items():
             for node in NODES:
                 patch = {"spec": {"containers": [{"name": "app", "resources": resources}]}}
-                kubectl("patch", "pod", "-n", NS, f"{shape}-{_short(node)}", "--subresource", "resize",
+                kubectl("patch", "pod", "-n", NS, f"{shape}-{short(node)}", "--subresource", "resize",
                         "--type", "strategic", "-p", json.dumps(patch))
         for node in NODES:
             wait_for(f"the kubelet's resizes on {node}", lambda node=node: _resized(node), 300, 2)

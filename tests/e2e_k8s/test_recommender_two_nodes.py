@@ -24,7 +24,16 @@ import yaml
 from agent.recommender.config import BUCKET_GROWTH
 from agent.recommender.publish import lease_seconds
 from bench import provenance
-from tests.e2e_k8s.nodes import AGENT_NS, IMAGE, NODES, NodeAgent, kubectl, needs_cluster, wait_for
+from tests.e2e_k8s.nodes import (
+    AGENT_NS,
+    IMAGE,
+    NODES,
+    NodeAgent,
+    agent_ready,
+    kubectl,
+    needs_cluster,
+    wait_for,
+)
 
 pytestmark = needs_cluster
 NS = "recommend"
@@ -75,13 +84,6 @@ def _workload() -> list[dict[str, Any]]:
            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
                     "recommenders": [{"name": "kube-cgroup-agent"}], "updatePolicy": {"updateMode": "Off"}}}
     return [deployment, vpa]
-
-
-def _ready(node: str) -> bool:
-    try:
-        return NodeAgent(node).ready()
-    except AssertionError:  # between the delete and the DaemonSet's new pod
-        return False
 
 
 def _vpa_target() -> str | None:
@@ -170,4 +172,4 @@ def test_two_nodes_make_one_recommendation_and_the_other_node_takes_over_without
         figure = {"takeover_s": takeover_s, "interval_s": INTERVAL_S, "lease_s": lease_seconds(INTERVAL_S),
                   "samples": len(sampler.samples)}
         provenance.record(Path(out), "recommender", lambda data: data.update(recommender=figure))
-    wait_for(f"the replacement agent on {holder} Ready", lambda: _ready(holder), 300, 2)
+    wait_for(f"the replacement agent on {holder} Ready", lambda: agent_ready(holder), 300, 2)
