@@ -30,12 +30,14 @@ from agent.daemon.reconciler import (
     compute_or_note,
     event_for,
 )
+from agent.infra.logging import get_logger
 from agent.pipeline.execute import describe
 from agent.resize.checkpoint import CheckpointError
 from agent.resize.engine import ResizeEngine
 from agent.resize.report import PassReport
 from agent.resize.store import NodeRecords
 
+log = get_logger("agent.daemon.reconciler")
 DRIFT_RECORDS = "drift"
 
 
@@ -82,6 +84,11 @@ class EngineReconciler:
                 self.gate.drift.restore(records)
                 if warning:
                     problems.append(warning)
+            # what the previous run left in the state directory and this start took up again (an
+            # upgrade or a restart shows here that nothing was started from scratch)
+            log.info("state.resumed", state_dir=str(self.engine.settings.state_dir),
+                     pod_records=self.engine.persist.resumed,
+                     drift_records=len(records) if self.gate is not None else None)
         return problems
 
     def reconcile_pod(self, pod: PodView, stop: StopRequested) -> Report:

@@ -29,6 +29,7 @@ class Persister:
         self.store = store
         self._saved_records: object = None  # the records mapping last saved (immutable: identity = unchanged)
         self.unsaved = False  # a save failed: the next pass saves before any step
+        self.resumed = 0  # pods whose records the last load found on disk (not rebuilt from the kernel)
 
     def load(
         self, settings: Settings, env: Environment, pods: Sequence[PodView], *, persist: bool
@@ -37,6 +38,7 @@ class Persister:
         warnings for the log. With `persist` off nothing is written (no migration, no quarantine)."""
         problems: list[Problem] = []
         loaded = self.store.load(persist=persist)
+        self.resumed = len(loaded.records) if loaded.found else 0
         if loaded.migrated is not None:
             problems.append(Problem(None, f"the resize checkpoint was migrated to {self.store.path} (one record per pod); the old file is {loaded.migrated}"))
         damaged = {d.uid for d in loaded.damaged}

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from agent.core.model import PodView
 from agent.core.ownership import resolve
@@ -95,6 +96,25 @@ def test_a_yielded_value_stays_yielded_across_a_restart(node: ResizeNode) -> Non
     report = restarted.reconcile_tiers(views, lambda: False)
     assert node.read(quota) == "90000"  # still left to the other writer
     assert quota not in report.changed
+
+
+def test_a_restart_says_what_it_took_up_from_the_state_directory(node: ResizeNode) -> None:
+    """An upgrade or a restart logs what the previous run's state directory gave it: the pods' records and
+    the drift records read, not rebuilt (the first start finds none)."""
+    now = [1000.0]
+    with capture_logs() as first:
+        rec, views, quota = _converged(node, now, max_reverts=3, backoff_s=1.0)
+    node.tree.set(quota, "90000")
+    now[0] += 3600.0
+    rec.stale(views)
+    rec.reconcile_tiers(views, lambda: False)  # a drift record to keep
+    with capture_logs() as second:
+        _converged(node, now, max_reverts=3, backoff_s=1.0)
+    [before] = [e for e in first if e["event"] == "state.resumed"]
+    [after] = [e for e in second if e["event"] == "state.resumed"]
+    assert (before["pod_records"], before["drift_records"]) == (0, 0)
+    assert (after["pod_records"], after["drift_records"]) == (1, 1)
+    assert after["state_dir"] == str(node.settings.state_dir)
 
 
 def test_a_damaged_drift_record_file_starts_empty_with_a_warning(node: ResizeNode) -> None:

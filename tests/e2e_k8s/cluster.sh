@@ -7,6 +7,9 @@
 #   bash tests/e2e_k8s/cluster.sh status
 #   bash tests/e2e_k8s/cluster.sh exec NODE -- CMD [ARG...]   # as root on a node (realk8s-node | realk8s-v2)
 #   bash tests/e2e_k8s/cluster.sh down      # everything stopped by PID, links, bridge, tap, state removed
+#   bash tests/e2e_k8s/cluster.sh restart NODE kubelet|containerd   # faults: stopped by PID, started again
+#   bash tests/e2e_k8s/cluster.sh apiserver stop|start
+#   bash tests/e2e_k8s/cluster.sh reboot realk8s-v2                  # the guest reboots in its qemu
 #
 # The control plane and the host node are ../shared/tools/realk8s/start.sh (RK_FRESH=1), the binaries those of
 # tests/e2e_k8s/build_kit.sh in $RK/bin. The guest is the image of tests/v2guest (built by its scripts with the
@@ -61,6 +64,8 @@ source "$HERE/cluster/guest-config.sh"
 source "$HERE/cluster/guest-wait.sh"
 # shellcheck source=cluster/agent.sh
 source "$HERE/cluster/agent.sh"
+# shellcheck source=cluster/faults.sh
+source "$HERE/cluster/faults.sh"
 # shellcheck source=cluster/commands.sh
 source "$HERE/cluster/commands.sh"
 
@@ -69,5 +74,9 @@ case ${1:-} in
   down) down ;;
   status) status ;;
   exec) shift; node_exec "$@" ;;
-  *) echo "usage: cluster.sh up | down | status | exec NODE -- CMD [ARG...]" >&2; exit 2 ;;
+  restart) shift; restart_component "$@" ;;
+  apiserver) shift; apiserver "$@" ;;
+  reboot) [ "${2:-}" = "$NODE2" ] || die "reboot: only $NODE2 (the guest) reboots"; reboot_guest ;;
+  *) echo "usage: cluster.sh up | down | status | exec NODE -- CMD [ARG...] | restart NODE kubelet|containerd" \
+          "| apiserver stop|start | reboot $NODE2" >&2; exit 2 ;;
 esac

@@ -20,6 +20,7 @@ import pytest
 from bench import provenance
 from tests.e2e_k8s.nodes import IMAGE, KUBECTL, RK, kubectl, needs_cluster, wait_for
 from tests.e2e_k8s.v1_node import PIN, Agent, beside_the_kubelet
+from tests.e2e_k8s.watching import api_requests, ready
 
 pytestmark = needs_cluster
 
@@ -27,15 +28,6 @@ pytestmark = needs_cluster
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     yield from beside_the_kubelet(tmp_path_factory)
-
-
-def _api_requests() -> float:
-    """Every request the API server has served so far but watches (apiserver_request_total)."""
-    total = 0.0
-    for line in kubectl("get", "--raw", "/metrics").splitlines():
-        if line.startswith("apiserver_request_total{") and 'verb="WATCH"' not in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def _stamp(text: str) -> float:
@@ -58,10 +50,6 @@ def _new_revision(name: str, seen: tuple[str, ...]) -> str | None:
 def _sts_pods(app: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = json.loads(kubectl("get", "pods", "-l", f"app={app}", "-o", "json"))["items"]
     return sorted(items, key=lambda p: p["metadata"]["name"])
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
 
 
 def _runs(pod: dict[str, Any]) -> dict[str, tuple[str, int, str]]:
@@ -90,11 +78,11 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
                      "containers": [container("app", IMAGE), container("side", IMAGE)]}}},
     }
     kubectl("apply", "-f", "-", stdin=json.dumps(sts))
-    wait_for("both pods Ready (the agent opened the readiness gate)", lambda: len(pods := _sts_pods("web")) == 2 and all(_ready(p) for p in pods), 120)
+    wait_for("both pods Ready (the agent opened the readiness gate)", lambda: len(pods := _sts_pods("web")) == 2 and all(ready(p) for p in pods), 120)
     before = {p["metadata"]["name"]: (p["metadata"]["uid"], _runs(p)) for p in _sts_pods("web")}
 
     time.sleep(5)  # quiet: the pods' start-up writes are done
-    r0 = _api_requests()
+    r0 = api_requests()
     t0 = time.monotonic()
     kubectl("patch", "statefulset", "web", "--type", "json", "-p", json.dumps(
         [{"op": "replace", "path": "/spec/template/spec/containers/1/image", "value": second}]))
@@ -102,7 +90,7 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
 
     def updated() -> bool:  # (the two tags name one image: the status may report either name)
         pods = _sts_pods("web")
-        return all(p["metadata"]["labels"].get("controller-revision-hash") == update and _ready(p)
+        return all(p["metadata"]["labels"].get("controller-revision-hash") == update and ready(p)
                    and p["spec"]["containers"][1]["image"] == second
                    and _runs(p)["side"][0] != before[p["metadata"]["name"]][1]["side"][0] for p in pods)
 
@@ -110,7 +98,7 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
     in_place_s = time.monotonic() - t0
     wait_for("the controller counting them updated", lambda: json.loads(kubectl("get", "sts", "web", "-o", "json"))["status"].get("updatedReplicas") == 2, 60)
     time.sleep(5)  # the writes that follow (status, endpoints) counted too
-    in_place_requests = _api_requests() - r0
+    in_place_requests = api_requests() - r0
     for p in _sts_pods("web"):
         uid, runs_before = before[p["metadata"]["name"]]
         assert p["metadata"]["uid"] == uid  # patched, not recreated
@@ -131,16 +119,16 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
 
     # anything beyond images: Recreate (deleted, recreated by the controller at the update revision)
     time.sleep(5)
-    r1 = _api_requests()
+    r1 = api_requests()
     t1 = time.monotonic()
     kubectl("patch", "statefulset", "web", "--type", "json", "-p", json.dumps(
         [{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [{"name": "MODE", "value": "fast"}]}]))
     update2 = wait_for("the next update revision", lambda: _new_revision("web", (update,)), 30)
-    wait_for("both pods recreated and Ready", lambda: all(p["metadata"]["labels"].get("controller-revision-hash") == update2 and _ready(p)
+    wait_for("both pods recreated and Ready", lambda: all(p["metadata"]["labels"].get("controller-revision-hash") == update2 and ready(p)
                                                           for p in _sts_pods("web")) and len(_sts_pods("web")) == 2, 240)
     recreate_s = time.monotonic() - t1
     time.sleep(5)
-    recreate_requests = _api_requests() - r1
+    recreate_requests = api_requests() - r1
     assert all(p["metadata"]["uid"] != before[p["metadata"]["name"]][0] for p in _sts_pods("web"))
     print(f"\ne2e-k8s: StatefulSet of 2, sidecar image: all pods updated in place in {in_place_s:.1f} s ({in_place_requests:.0f} API requests); "
           f"env change, recreated in {recreate_s:.1f} s ({recreate_requests:.0f} API requests)")
@@ -169,7 +157,7 @@ def test_a_daemonset_sidecar_image_update_is_in_place_and_an_env_change_recreate
                      "containers": [container("app", IMAGE), container("side", IMAGE)]}}},
     }
     kubectl("apply", "-f", "-", stdin=json.dumps(ds))
-    wait_for("the DaemonSet's pod Ready", lambda: len(pods := _sts_pods("logd")) == 1 and _ready(pods[0]), 120)
+    wait_for("the DaemonSet's pod Ready", lambda: len(pods := _sts_pods("logd")) == 1 and ready(pods[0]), 120)
     [before] = _sts_pods("logd")
     kubectl("patch", "daemonset", "logd", "--type", "json", "-p", json.dumps(
         [{"op": "replace", "path": "/spec/template/spec/containers/1/image", "value": second}]))
@@ -179,7 +167,7 @@ def test_a_daemonset_sidecar_image_update_is_in_place_and_an_env_change_recreate
         return got
 
     wait_for("the controller counting it updated", lambda: (st := status()["status"]).get("updatedNumberScheduled") == 1
-             and status()["metadata"]["generation"] == st.get("observedGeneration") and _ready(_sts_pods("logd")[0])
+             and status()["metadata"]["generation"] == st.get("observedGeneration") and ready(_sts_pods("logd")[0])
              and _sts_pods("logd")[0]["spec"]["containers"][1]["image"] == second
              and _runs(_sts_pods("logd")[0])["side"][0] != _runs(before)["side"][0], 120)
     wait_for("the agent's update done", lambda: [e for e in agent.lines() if e.get("event") == "rollout.done" and e.get("workload") == "DaemonSet/default/logd"], 60)
@@ -191,5 +179,5 @@ def test_a_daemonset_sidecar_image_update_is_in_place_and_an_env_change_recreate
     kubectl("patch", "daemonset", "logd", "--type", "json", "-p", json.dumps(
         [{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [{"name": "MODE", "value": "fast"}]}]))
     wait_for("the pod recreated and Ready", lambda: len(pods := _sts_pods("logd")) == 1 and pods[0]["metadata"]["uid"] != after["metadata"]["uid"]
-             and _ready(pods[0]) and any(c.get("env") for c in pods[0]["spec"]["containers"]), 120)
+             and ready(pods[0]) and any(c.get("env") for c in pods[0]["spec"]["containers"]), 120)
     kubectl("delete", "daemonset", "logd", "--wait=false")

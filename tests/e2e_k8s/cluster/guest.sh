@@ -40,7 +40,7 @@ guest_boot() {
   : > "$V/console.log"
   rm -f "$V/qemu.pid"
   setsid qemu-system-x86_64 -name "$NODE2" -machine q35,accel=tcg -cpu max -m "$MEM" -smp "$SMP" \
-    -nodefaults -no-user-config -display none -monitor none -serial "file:$V/console.log" -no-reboot \
+    -nodefaults -no-user-config -display none -monitor none -serial "file:$V/console.log" \
     -pidfile "$V/qemu.pid" \
     -kernel "$k/vmlinuz" -initrd "$k/initrd.img" \
     -append "root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 panic=-1 net.ifnames=0 kcg.node=1" \
