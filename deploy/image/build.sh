@@ -6,7 +6,8 @@
 #            its package list and this script's pruning rules;
 #   layer 2: the project's wheel and its pinned dependencies (deploy/image/requirements.lock) in
 #            /opt/kube-cgroup-agent, no compilers, no pip.
-# Output: $OUT (default dist/kube-cgroup-agent-image.tar), image name kube-cgroup-agent:<version>.
+# Output: $OUT (default dist/kube-cgroup-agent-image.tar), image name $KCG_IMAGE_TAG (default
+# kube-cgroup-agent:<version>; the name is also a label, so two names make two images, as two releases would).
 # Reproducible: every timestamp is the commit's time (SOURCE_DATE_EPOCH); two builds of one commit on one
 # machine give the same digest (the base root is cached; a new debootstrap on another day may fetch newer
 # Debian packages, which changes layer 1 — see README "The image").
@@ -84,7 +85,7 @@ step "dependencies (requirements.lock)"
   -r deploy/image/requirements.lock "$WORK"/wheel/*.whl 2>&1 | { grep -v '^WARNING' || true; }
 # kubernetes' asyncio client and its HTTP stack: the agent uses the synchronous client only
 rm -rf "$SITE"/kubernetes/aio "$SITE"/aiohttp* "$SITE"/aiohappyeyeballs* "$SITE"/aiosignal* "$SITE"/frozenlist* \
-       "$SITE"/multidict* "$SITE"/yarl* "$SITE"/propcache* "$SITE"/bin "$SITE"/kubernetes/test "$SITE"/kubernetes/e2e_test
+       "$SITE"/multidict* "$SITE"/yarl* "$SITE"/propcache* "${SITE:?}"/bin "$SITE"/kubernetes/test "$SITE"/kubernetes/e2e_test
 find "$SITE" -name __pycache__ -type d -prune -exec rm -rf {} +
 # pip records where it found the wheel (a temp dir): drop that record so the layer does not vary by build
 rm -f "$SITE"/kube_cgroup_agent-*.dist-info/direct_url.json
@@ -116,7 +117,7 @@ rm -rf "$WORK/probe"
 
 step "archive"
 mkdir -p "$(dirname "$OUT")"
-TAG="kube-cgroup-agent:$VERSION"
+TAG=${KCG_IMAGE_TAG:-kube-cgroup-agent:$VERSION}
 DIGEST=$("$PY" deploy/image/oci.py "$OUT" --layer "$BASE" --layer "$APP" --tag "$TAG" --epoch "$EPOCH" \
   --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --env PYTHONPATH=/opt/kube-cgroup-agent --env PYTHONDONTWRITEBYTECODE=1 --env "KCG_COMMIT=$COMMIT" \
@@ -124,6 +125,7 @@ DIGEST=$("$PY" deploy/image/oci.py "$OUT" --layer "$BASE" --layer "$APP" --tag "
   --label "org.opencontainers.image.title=kube-cgroup-agent" \
   --label "org.opencontainers.image.description=Node-local agent that owns a Kubernetes node's pod resource tiers" \
   --label "org.opencontainers.image.version=$VERSION" \
+  --label "org.opencontainers.image.ref.name=$TAG" \
   --label "org.opencontainers.image.revision=$COMMIT" \
   --label "org.opencontainers.image.licenses=Apache-2.0" \
   --label "org.opencontainers.image.created=$(date -u -d "@$EPOCH" +%Y-%m-%dT%H:%M:%SZ)" \

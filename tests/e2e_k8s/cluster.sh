@@ -10,6 +10,7 @@
 #   bash tests/e2e_k8s/cluster.sh restart NODE kubelet|containerd   # faults: stopped by PID, started again
 #   bash tests/e2e_k8s/cluster.sh apiserver stop|start
 #   bash tests/e2e_k8s/cluster.sh reboot realk8s-v2                  # the guest reboots in its qemu
+#   bash tests/e2e_k8s/cluster.sh load-image ARCHIVE                 # an image archive onto both nodes
 #
 # The control plane and the host node are ../shared/tools/realk8s/start.sh (RK_FRESH=1), the binaries those of
 # tests/e2e_k8s/build_kit.sh in $RK/bin. The guest is the image of tests/v2guest (built by its scripts with the
@@ -76,7 +77,8 @@ case ${1:-} in
   exec) shift; node_exec "$@" ;;
   restart) shift; restart_component "$@" ;;
   apiserver) shift; apiserver "$@" ;;
+  load-image) load_image "${2:-}" ;;
   reboot) [ "${2:-}" = "$NODE2" ] || die "reboot: only $NODE2 (the guest) reboots"; reboot_guest ;;
   *) echo "usage: cluster.sh up | down | status | exec NODE -- CMD [ARG...] | restart NODE kubelet|containerd" \
-          "| apiserver stop|start | reboot $NODE2" >&2; exit 2 ;;
+          "| apiserver stop|start | reboot $NODE2 | load-image ARCHIVE" >&2; exit 2 ;;
 esac

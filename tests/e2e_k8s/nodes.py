@@ -307,3 +307,40 @@ def property_disagreements(node: str, diff: Mapping[str, Any]) -> tuple[int, lis
                 bad.append(f"{unit}: {filename} {held!r} but the unit says "
                            f"{ {k: v for k, v in p.items() if k != 'Id'} }")
     return compared, bad
+
+
+# what the tests read of a container, per cgroup version: v1 under the kubelet's cgroupRoot /realk8s,
+# v2 under the systemd driver's slices (the guest's kubelet has no cgroupRoot)
+V1_DIR = "/sys/fs/cgroup/{controller}/realk8s/kubepods/burstable/pod{uid}/{cid}"
+V2_DIR = "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/cri-containerd-{cid}.scope"
+FILES = {  # value: (v1 controller, v1 file, v2 file)
+    "cpu_quota": ("cpu", "cpu.cfs_quota_us", "cpu.max"),
+    "memory_limit": ("memory", "memory.limit_in_bytes", "memory.max"),
+    "memory_usage": ("memory", "memory.usage_in_bytes", "memory.current"),
+}
+
+
+def container_path(node: str, pod: str, value: str, namespace: str = "default") -> str | None:
+    """The file holding `value` for the pod's first container on its node (None before the runtime reports
+    it; a Burstable pod's)."""
+    obj = json.loads(kubectl("get", "pod", pod, "-n", namespace, "-o", "json"))
+    statuses = obj.get("status", {}).get("containerStatuses") or []
+    cid = (statuses[0].get("containerID") or "").partition("://")[2] if statuses else ""
+    if not cid:
+        return None
+    uid = obj["metadata"]["uid"]
+    controller, v1_file, v2_file = FILES[value]
+    if node == V2_NODE:
+        return V2_DIR.format(uid_=uid.replace("-", "_"), cid=cid) + "/" + v2_file
+    return V1_DIR.format(controller=controller, uid=uid, cid=cid) + "/" + v1_file
+
+
+def container_value(node: str, pod: str, value: str, namespace: str = "default") -> int | None:
+    """A container's CPU quota (µs a period, -1 unlimited), memory limit or usage (bytes), from its cgroup file;
+    None while the file is not there."""
+    path = container_path(node, pod, value, namespace)
+    text = read_files(node, [path])[path] if path else None
+    if text is None:
+        return None
+    first = text.split()[0]
+    return -1 if first == "max" else int(first)

@@ -24,24 +24,15 @@ from tests.e2e_k8s.nodes import (
     NODES,
     V2_NODE,
     NodeAgent,
+    container_value,
     kubectl,
     needs_cluster,
-    read_files,
     short,
     wait_for,
 )
 from tests.e2e_k8s.v1_node import running
 
 pytestmark = needs_cluster
-# what these tests read of a container, per cgroup version: v1 under the kubelet's cgroupRoot /realk8s,
-# v2 under the systemd driver's slices (the guest's kubelet has no cgroupRoot)
-V1_DIR = "/sys/fs/cgroup/{controller}/realk8s/kubepods/burstable/pod{uid}/{cid}"
-V2_DIR = "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/cri-containerd-{cid}.scope"
-FILES = {  # value: (v1 controller, v1 file, v2 file)
-    "cpu_quota": ("cpu", "cpu.cfs_quota_us", "cpu.max"),
-    "memory_limit": ("memory", "memory.limit_in_bytes", "memory.max"),
-    "memory_usage": ("memory", "memory.usage_in_bytes", "memory.current"),
-}
 SLOW = 3  # the v2 node is a TCG guest: its kubelet and containerd answer several times slower
 
 
@@ -100,31 +91,6 @@ def _vpa_status(cpu: str, lower: str, upper: str) -> str:
     return json.dumps({"status": {"recommendation": {"containerRecommendations": [
         {"containerName": "app", "target": {"cpu": cpu, "memory": "32Mi"}, "lowerBound": {"cpu": lower, "memory": "16Mi"},
          "upperBound": {"cpu": upper, "memory": "64Mi"}}]}}})
-
-
-def _path(node: str, pod: str, value: str) -> str | None:
-    """The file holding `value` for the pod's app container on its node (None before the runtime reports it)."""
-    obj = json.loads(kubectl("get", "pod", pod, "-o", "json"))
-    statuses = obj.get("status", {}).get("containerStatuses") or []
-    cid = (statuses[0].get("containerID") or "").partition("://")[2] if statuses else ""
-    if not cid:
-        return None
-    uid = obj["metadata"]["uid"]
-    controller, v1_file, v2_file = FILES[value]
-    if node == V2_NODE:
-        return V2_DIR.format(uid_=uid.replace("-", "_"), cid=cid) + "/" + v2_file
-    return V1_DIR.format(controller=controller, uid=uid, cid=cid) + "/" + v1_file
-
-
-def container_value(node: str, pod: str, value: str) -> int | None:
-    """A container's CPU quota (µs a period, -1 unlimited), memory limit or usage (bytes), from its cgroup file;
-    None while the file is not there."""
-    path = _path(node, pod, value)
-    text = read_files(node, [path])[path] if path else None
-    if text is None:
-        return None
-    first = text.split()[0]
-    return -1 if first == "max" else int(first)
 
 
 def _quota(node: str, pod: str, expected: int) -> bool:

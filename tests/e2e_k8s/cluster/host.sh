@@ -47,3 +47,12 @@ host_node_extras() {  # images and the cluster-specific links on the host node
   ln -sfn "$S/kubelet.yaml" "$LINKS/kubelet-config.yaml"
   log "$LINKS on $NODE1: $(for f in "$LINKS"/*; do printf '%s -> %s  ' "${f##*/}" "$(readlink "$f")"; done)"
 }
+
+load_image() {  # archive: an OCI image archive imported on both nodes (a second build of the agent, for an upgrade)
+  local tar=${1:-} name
+  [ -f "$tar" ] || die "load-image: no archive '$tar'"
+  name=$(basename "$tar")
+  ctr -a "$S/containerd/containerd.sock" -n k8s.io images import "$tar" | sed "s/^/  $NODE1: /"
+  cp "$tar" "$V/ro/images/$name.tmp" && mv "$V/ro/images/$name.tmp" "$V/ro/images/$name"  # a reboot imports it again
+  guest_exec ctr -n k8s.io images import "/mnt/src/images/$name" | sed "s/^/  $NODE2: /"
+}
