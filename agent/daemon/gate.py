@@ -147,6 +147,7 @@ class Gate:
                                 "reapplied",
                                 f"{path} was changed to {f.current}; re-applying {f.setting.value} "
                                 f"(revert {decision.reverts} of {self.drift.max_reverts})",
+                                decision.reverts,
                             )
                         )
                     continue

@@ -85,6 +85,7 @@ class DriftNote:
     path: str
     action: str  # reapplied | held | yielded | observed
     message: str
+    reverts: int = 0  # a reapplied value: how often it was put back so far (1: once, after one change)
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,7 +74,7 @@ class PassReporting:
             if note.action in ("yielded", "observed"):
                 log.warning("drift." + note.action, thing=note.thing, path=note.path, message=note.message)
             elif note.action == "reapplied":
-                log.info("drift.reapplied", thing=note.thing, path=note.path, message=note.message)
+                log.info("drift.reapplied", thing=note.thing, path=note.path, reverts=note.reverts, message=note.message)
         fields: dict[str, Any] = {
             "scope": report.scope,
             "outcome": report.outcome.value,

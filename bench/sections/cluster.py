@@ -121,8 +121,44 @@ def e2e_k8s(d: dict[str, Any]) -> list[str]:
             if "sts_in_place_s" in d
             else []
         ),
+        *_across_nodes(d),
         "",
     ]
+
+
+def _across_nodes(d: dict[str, Any]) -> list[str]:
+    """Rollouts across both nodes, the agent's own upgrade and the cluster faults' convergence."""
+    lines: list[str] = []
+    if "sts4_in_place_s" in d:
+        lines += [
+            "",
+            "Across both nodes (`test_rollout_two_nodes.py`): a StatefulSet of 4, two pods a node, a new sidecar image —",
+            f"in place in {d['sts4_in_place_s']:.1f} s (" + ", ".join(f"{p} on {n}" for p, n in d.get("sts4_order", [])) + ";",
+            "15 s of it the partition held at 2), most unavailable at once "
+            f"{d['sts4_max_unavailable'][0]} (from a watch of the pods); an env change then recreated",
+            f"them in {d['sts4_recreate_s']:.1f} s, same order, most unavailable at once {d['sts4_max_unavailable'][1]}."
+            " API requests the whole cluster served per pod",
+            f"(apiserver_request_total, watches excluded, the idle cluster's {d['background_requests_per_s']:.1f} requests/s",
+            f"taken off): in place {d['sts4_in_place_api_requests_per_pod']:.0f}, recreated {d['sts4_recreate_api_requests_per_pod']:.0f}.",
+        ]
+    if "upgrade_s" in d:
+        rollout, resizes = d["upgrade_in_flight"]
+        lines += [
+            "",
+            "The agent's own upgrade (`test_agent_upgrade.py`): `kubectl set image` on its DaemonSet to a second build,",
+            f"both nodes' agents Ready from it {d['upgrade_s']:.1f} s later (one node at a time, maxUnavailable 1; the",
+            "guest's agent starts slowly under TCG); 3 s into it a rollout of "
+            f"{rollout} pods and {resizes} VPA resizes began ({d.get('upgrade_in_flight_after', ['?', '?'])[0]} and "
+            f"{d.get('upgrade_in_flight_after', ['?', '?'])[1]} still to do when the upgrade completed); every pod at its spec and decision",
+            f"{d['upgrade_converge_s']:.1f} s after that; nothing lost, reverted or fought over.",
+        ]
+    if faults := d.get("cluster_faults"):
+        lines += [
+            "",
+            "Time to converge after each cluster fault (RELIABILITY.md, \"Cluster faults\", has the whole table): "
+            + "; ".join(f"{name} {r['converge_s']:.1f} s (back after {r['back_s']:.1f} s)" for name, r in faults.items()) + ".",
+        ]
+    return lines
 
 
 def resize_latency(d: dict[str, Any]) -> list[str]:

@@ -57,10 +57,10 @@ def test_a_value_reverted_again_and_again_is_reapplied_then_yielded(node: Resize
         now[0] += 3600.0  # past any backoff
         assert rec.stale(views) == set()
         report = rec.reconcile_tiers(views, lambda: False)
-        actions.append([n.action for n in report.drift if n.path == quota])
+        actions.append([(n.action, n.reverts) for n in report.drift if n.path == quota])
         if report.warnings:
             warning = report.warnings[0]
-    assert actions == [["reapplied"], ["reapplied"], ["yielded"], []]
+    assert actions == [[("reapplied", 1)], [("reapplied", 2)], [("yielded", 0)], []]
     assert node.read(quota) == "90000"  # left to the other writer
     assert "Likely owner" in warning and quota in warning
 

@@ -20,8 +20,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.e2e_k8s.nodes import IMAGE, NODES, NodeAgent, container_value, kubectl, node_exec, pod_uid, short
-from tests.e2e_k8s.watching import PodWatch, ready, statefulset_unavailable
+from kubernetes import client, config
+
+from tests.e2e_k8s.nodes import (
+    IMAGE,
+    NODES,
+    RK,
+    NodeAgent,
+    container_value,
+    kubectl,
+    node_exec,
+    pod_uid,
+    short,
+)
+from tests.e2e_k8s.watching import PodWatch, Seen, ready, statefulset_unavailable
 
 STS = "wheel"
 REPLICAS = 4
@@ -115,13 +127,6 @@ class InFlight:
         st = json.loads(kubectl("get", "sts", STS, "-n", self.ns, "-o", "json")).get("status") or {}
         return st.get("updateRevision")
 
-    def pending(self) -> tuple[int, int]:
-        """(StatefulSet pods not yet at the update revision and Ready, VPA pods not yet at the decision)."""
-        rev = self.update_revision()
-        sts = sum(1 for p in self.sts_pods() if p["metadata"]["labels"].get("controller-revision-hash") != rev or not ready(p))
-        vpa = sum(1 for n in NODES if not self._at_decision(n))
-        return sts, vpa
-
     def _at_decision(self, node: str) -> bool:
         pod = self.vpa_pod(node)
         if pod is None:
@@ -153,17 +158,27 @@ class InFlight:
         kubectl("patch", "statefulset", STS, "-n", self.ns, "--type", "json", "-p", json.dumps(
             [{"op": "replace", "path": "/spec/template/spec/containers/1/image", "value": self.image}]))
 
+    def in_flight_at(self, t: float, seen: Seen, reverts: Reverts) -> tuple[int, int]:
+        """(rollout pods, resizes) still to happen at `t` (monotonic), known afterwards from when each pod was
+        first seen at its update revision (the watch) and at its decision (the sampler): asking the API at
+        the moment of a fault would take longer than the agents take."""
+        rev = self.update_revision()
+        rollout = sum(1 for (r, _), when in seen.reached_at.items() if r == rev and when > t)
+        resizes = sum(1 for when in reverts.reached_at.values() if when > t) + (len(NODES) - len(reverts.reached_at))
+        return rollout, resizes
+
     def watch(self) -> PodWatch:
         return PodWatch(self.ns, f"app={STS}", statefulset_unavailable(STS, REPLICAS))
 
 
 @dataclass
 class Reverts:
-    """Each VPA pod's CPU request sampled every second: once at the decision, never away from it again."""
+    """Each VPA pod's CPU request sampled four times a second: once at the decision, never away from it again."""
 
     flight: InFlight
     samples: int = 0
     reverted: list[str] = field(default_factory=list)
+    reached_at: dict[str, float] = field(default_factory=dict)  # pod: when its request was first seen at the decision
     _reached: set[str] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -179,14 +194,17 @@ class Reverts:
             self._thread.join(timeout=60)
 
     def _run(self) -> None:
+        config.load_kube_config(str(RK / "kubeconfig"))
+        core = client.CoreV1Api()
         last = None
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(0.25):
             target = _milli(self.flight.target)
             if target != last:  # a new decision: reached afresh
-                last, self._reached = target, set()
+                last, self._reached, self.reached_at = target, set(), {}
             try:
-                items = json.loads(kubectl("get", "pods", "-n", self.flight.ns, "-l", "app in (sized-v1,sized-v2)", "-o", "json",
-                                           timeout=10))["items"]
+                got = core.list_namespaced_pod(self.flight.ns, label_selector="app in (sized-v1,sized-v2)",
+                                               _preload_content=False, _request_timeout=5)
+                items = json.loads(got.data)["items"]
             except Exception:  # the API server away: nothing to sample
                 continue
             self.samples += 1
@@ -195,6 +213,7 @@ class Reverts:
                 cpu = _milli(p["spec"]["containers"][0]["resources"]["requests"]["cpu"])
                 if cpu == target:
                     self._reached.add(name)
+                    self.reached_at.setdefault(name, time.monotonic())
                 elif name in self._reached:
                     self.reverted.append(f"{name}: {cpu}m after {target}m")
                     self._reached.discard(name)
@@ -285,22 +304,33 @@ def kubelet_owned_writes(agent: NodeAgent, since_s: float) -> list[str]:
     return [p for line in lines if line.get("event") == "reconcile" for p in line.get("changed", []) if pod_uid(p) is not None]
 
 
-def drift_by_pod() -> dict[str, float]:
-    """Each agent pod's kube_cgroup_agent_drift_total (its pod name and container start: a restart counts anew)."""
-    out: dict[str, float] = {}
-    for node in NODES:
-        agent = NodeAgent(node)
-        try:
-            pod = agent.pod()
-            [status] = [s for s in pod["status"].get("containerStatuses") or [] if s["name"] == "agent"]
-            started = str((status.get("state") or {}).get("running", {}).get("startedAt"))
-            out[f"{pod['metadata']['name']}@{started}"] = agent.drift()
-        except AssertionError:
-            continue
-    return out
+@dataclass
+class Drift:
+    """Values someone else changed and the agents put back, from their logs: *restored* once (a
+    restarting kubelet resets the tiers to its start-up values once), or *fought* over (put back again
+    after a second change, or given up on: two writers going back and forth)."""
 
+    restored: list[str] = field(default_factory=list)
+    fought: list[str] = field(default_factory=list)
+    _seen: set[tuple[str, str, str]] = field(default_factory=set)
 
-def fights(before: dict[str, float], after: dict[str, float]) -> float:
-    """Drift the agents counted between two readings (a new agent pod or run counts from 0)."""
-    return sum(v - before.get(k, 0.0) for k, v in after.items())
+    def add(self, lines: list[dict[str, Any]]) -> None:
+        for line in lines:
+            key = (str(line.get("timestamp")), str(line.get("path")), str(line.get("event")))
+            if key in self._seen:  # read twice (overlapping reads of one agent's log)
+                continue
+            self._seen.add(key)
+            if line.get("event") == "drift.reapplied":
+                (self.fought if int(line.get("reverts") or 0) >= 2 else self.restored).append(str(line.get("path")))
+            elif line.get("event") == "drift.yielded":
+                self.fought.append(str(line.get("path")))
+
+    def read(self, since_s: float) -> None:
+        """Both agents' lines of the last `since_s` seconds."""
+        for node in NODES:
+            try:
+                self.add(NodeAgent(node).lines(since_s))
+            except AssertionError:  # no agent pod on the node right now
+                continue
+
 

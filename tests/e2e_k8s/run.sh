@@ -35,4 +35,5 @@ if [ "${KCG_LATENCY:-1}" = 1 ]; then
 fi
 .venv/bin/python -c 'from pathlib import Path; from bench.report import write_markdown; write_markdown(Path("bench/results"))'
 echo "e2e-k8s: figure 8 of BENCHMARKS.md rewritten from bench/results/e2e_k8s.json"
+.venv/bin/python -m tests.reliability.cluster_faults_doc
 exit $rc

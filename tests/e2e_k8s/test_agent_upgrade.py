@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bench import provenance
-from tests.e2e_k8s.inflight import InFlight, Invariant, Reverts, drift_by_pod, fights, kubelet_owned_writes
+from tests.e2e_k8s.inflight import Drift, InFlight, Invariant, Reverts, kubelet_owned_writes
 from tests.e2e_k8s.nodes import (
     AGENT_NS,
     CLUSTER_SH,
@@ -86,28 +86,32 @@ def flight() -> Iterator[InFlight]:
 
 def test_the_agents_upgrade_with_a_rollout_and_resizes_in_flight(second_image: tuple[str, str], flight: InFlight) -> None:
     shipped, second = second_image
-    drift0 = drift_by_pod()
+    drift = Drift()
     old_pods = {n: NodeAgent(n).name for n in NODES}
     with flight.watch() as w, Reverts(flight) as reverts, Invariant() as invariant:
         t_start = time.monotonic()
         kubectl("set", "image", "daemonset/kube-cgroup-agent", "-n", AGENT_NS, f"agent={second}")
         time.sleep(3)  # the first node's agent is being replaced
+        t_work = time.monotonic()
         flight.start()  # a rollout and a resize on both nodes, meeting the agents' rolling update
-        in_flight = flight.pending()
         _rolled_out(second)
-        upgrade_s = time.monotonic() - t_start
+        t_done = time.monotonic()
+        upgrade_s = t_done - t_start
         converge_s = flight.wait(flight.converged, 600, "every pod at its spec and VPA decision")
         time.sleep(20)  # two resyncs of the new agents: nothing moves back
         assert flight.converged(), "a pod left its spec or its decision after converging"
     seen = w.seen
-    drift1 = drift_by_pod()
+    in_flight = flight.in_flight_at(t_work, seen, reverts)  # begun while the old agents were being replaced
+    after = flight.in_flight_at(t_done, seen, reverts)  # and still to do once the new ones were all Ready
     since = time.monotonic() - t_start + 5
     owned = [p for n in NODES for p in kubelet_owned_writes(NodeAgent(n), since)]
+    drift.read(since)  # the new agents' whole lives
     resumed = {n: [e for e in NodeAgent(n).lines() if e.get("event") == "state.resumed"] for n in NODES}
     new_pods = {n: NodeAgent(n).name for n in NODES}
     print(f"\ne2e-k8s: agent upgrade {shipped} -> {second} on two nodes in {upgrade_s:.1f} s with "
-          f"{in_flight[0]} pods of a rollout and {in_flight[1]} VPA resizes in flight; converged {converge_s:.1f} s "
-          f"after it; most unavailable at once {seen.max_unavailable}; fights {fights(drift0, drift1):.0f}; reverted "
+          f"{in_flight[0]} pods of a rollout and {in_flight[1]} VPA resizes begun 3 s into it ({after[0]} and {after[1]} "
+          f"still to do when it completed); converged {converge_s:.1f} s "
+          f"after it; most unavailable at once {seen.max_unavailable}; restored {len(drift.restored)}, fights {len(drift.fought)}; reverted "
           f"{len(reverts.reverted)}; invariant samples {invariant.samples}, violations {len(invariant.violations)}; "
           f"state resumed {[(n, r[0].get('pod_records'), r[0].get('drift_records')) for n, r in resumed.items() if r]}")
     assert all(new_pods[n] != old_pods[n] for n in NODES)  # both agents replaced
@@ -117,7 +121,7 @@ def test_the_agents_upgrade_with_a_rollout_and_resizes_in_flight(second_image: t
     assert {c for _, c in seen.restarted} == {"side"}, seen.restarted
     assert not reverts.reverted and reverts.samples > 0
     assert not invariant.violations and all(invariant.samples.values()), (invariant.violations[:5], invariant.samples)
-    assert fights(drift0, drift1) == 0
+    assert not drift.fought, drift.fought
     assert not owned, owned[:5]
     for node in NODES:  # the new agent read the old one's state directory (same hostPath)
         [line] = resumed[node]
@@ -125,4 +129,5 @@ def test_the_agents_upgrade_with_a_rollout_and_resizes_in_flight(second_image: t
         assert line["pod_records"] > 0, line
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
         provenance.record(Path(out), "agent_upgrade", lambda data: data.update(
-            upgrade_s=upgrade_s, upgrade_converge_s=converge_s, upgrade_in_flight=list(in_flight)))
+            upgrade_s=upgrade_s, upgrade_converge_s=converge_s, upgrade_in_flight=list(in_flight),
+            upgrade_in_flight_after=list(after)))

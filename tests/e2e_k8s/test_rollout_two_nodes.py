@@ -125,6 +125,7 @@ def test_a_statefulset_on_both_nodes_rolls_out_in_order_within_the_cluster_wide_
         time.sleep(5)
         in_place = api_requests() - r0 - rate * (time.monotonic() - t0)
     seen = w.seen
+    in_place_max = seen.max_unavailable
     order = [(p, n) for r, p, n in seen.reached if r == new]
     print(f"\ne2e-k8s: StatefulSet of 4 on two nodes, sidecar image in place: order {order}, most unavailable at once "
           f"{seen.max_unavailable}, {seen.events} watch events, {in_place_s:.1f} s, {in_place / REPLICAS:.0f} API requests per pod")
@@ -154,9 +155,9 @@ def test_a_statefulset_on_both_nodes_rolls_out_in_order_within_the_cluster_wide_
     assert not uids & {p["metadata"]["uid"] for p in _pods(STS)}
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
         provenance.record(Path(out), "rollout_two_nodes", lambda data: data.update(
-            sts4_in_place_s=in_place_s, sts4_recreate_s=recreate_s, background_requests_per_s=rate,
+            sts4_in_place_s=in_place_s, sts4_recreate_s=recreate_s, background_requests_per_s=rate, sts4_order=order,
             sts4_in_place_api_requests_per_pod=in_place / REPLICAS, sts4_recreate_api_requests_per_pod=recreate / REPLICAS,
-            sts4_max_unavailable=[1, seen.max_unavailable]))
+            sts4_max_unavailable=[in_place_max, seen.max_unavailable]))
 
 
 def test_two_agents_racing_for_a_daemonsets_one_slot_never_both_take_it(namespace: str) -> None:

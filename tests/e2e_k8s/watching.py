@@ -53,6 +53,7 @@ class Seen:
     max_unavailable: int = 0
     when_max: float = 0.0
     reached: list[tuple[str, str, str]] = field(default_factory=list)  # (revision, pod, node), first time each
+    reached_at: dict[tuple[str, str], float] = field(default_factory=dict)  # (revision, pod): when (monotonic)
     deleted: list[str] = field(default_factory=list)  # pod names whose object was deleted (DELETED events)
     restarted: set[tuple[str, str]] = field(default_factory=set)  # (pod, container) run anew, same pod UID
     events: int = 0
@@ -143,6 +144,7 @@ class PodWatch:
             self.pods[name] = view
             if not any(r == view.revision and p == name for r, p, _ in self.seen.reached):
                 self.seen.reached.append((view.revision, name, view.node))
+                self.seen.reached_at[(view.revision, name)] = time.monotonic()
             if before is not None and before.uid == view.uid:
                 for c, (cid, restarts) in view.runs.items():
                     old = before.runs.get(c)

@@ -87,3 +87,21 @@ def test_a_converged_v2_tree_holds(tmp_path: Path) -> None:
 def test_a_v2_child_above_its_parent_is_found(tmp_path: Path, memory: str, cpu: str, found: str | None) -> None:
     bad = _check("v2", _v2(tmp_path, memory, cpu))
     assert (found is None and bad == []) or (bad and all(b.startswith(found or "-") for b in bad)), bad
+
+
+def test_the_cluster_faults_table_is_written_only_from_measured_rows(tmp_path: Path) -> None:
+    from tests.reliability.cluster_faults_doc import BEGIN, END, write
+
+    doc = tmp_path / "RELIABILITY.md"
+    doc.write_text(f"# R\n{BEGIN}\nNot measured yet.\n{END}\nafter\n")
+    results = tmp_path / "e2e_k8s.json"
+    results.write_text(json.dumps({"commits": {}}))
+    assert write(results, doc) is False and "Not measured yet." in doc.read_text()
+    row = {"injected_after_s": 1.0, "rollout_in_flight": 4, "resizes_in_flight": 2, "back_s": 12.5, "converge_s": 30.25,
+           "lost": 0, "reverted": 0, "restored": 2, "fights": 0, "kubelet_owned_writes": 0, "invariant_samples": 40,
+           "invariant_violations": 0, "max_unavailable": 1}
+    results.write_text(json.dumps({"commits": {"cluster_faults": "abc1234"}, "cluster_faults": {"kubelet restarted on n1": row}}))
+    assert write(results, doc) is True
+    text = doc.read_text()
+    assert "| kubelet restarted on n1 | 1.0 s | 4 / 2 | 0 | 0 | 2 | 0 | 0 | 40 / 0 | 1 | 12.5 s | 30.2 s |" in text
+    assert "abc1234" in text and text.endswith(f"{END}\nafter\n") and "Not measured yet." not in text
