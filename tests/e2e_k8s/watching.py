@@ -29,6 +29,15 @@ def ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or [])
 
 
+GATE = "kube-cgroup-agent.io/InPlaceUpdateReady"
+
+
+def gate(pod: dict[str, Any]) -> bool | None:
+    """The agent's readiness gate condition: False while the agent updates the pod (None: not set)."""
+    got = [c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == GATE]
+    return got[0] if got else None
+
+
 def runs(pod: dict[str, Any]) -> dict[str, tuple[str, int]]:
     """Each container's (containerID, restartCount): a new ID is a new container."""
     return {c["name"]: (c.get("containerID", ""), int(c["restartCount"]))
@@ -44,6 +53,7 @@ class PodView:
     ready: bool
     terminating: bool
     runs: dict[str, tuple[str, int]]
+    gate: bool | None = None
 
 
 @dataclass
@@ -52,6 +62,7 @@ class Seen:
 
     max_unavailable: int = 0
     when_max: float = 0.0
+    max_updating: int = 0  # pods the agents had taken out at once (their gate False, or being deleted)
     reached: list[tuple[str, str, str]] = field(default_factory=list)  # (revision, pod, node), first time each
     reached_at: dict[tuple[str, str], float] = field(default_factory=dict)  # (revision, pod): when (monotonic)
     deleted: list[str] = field(default_factory=list)  # pod names whose object was deleted (DELETED events)
@@ -140,7 +151,7 @@ class PodWatch:
         else:
             view = PodView(name, meta["uid"], (raw.get("spec") or {}).get("nodeName") or "",
                            (meta.get("labels") or {}).get("controller-revision-hash", ""), ready(raw),
-                           bool(meta.get("deletionTimestamp")), runs(raw))
+                           bool(meta.get("deletionTimestamp")), runs(raw), gate(raw))
             self.pods[name] = view
             if not any(r == view.revision and p == name for r, p, _ in self.seen.reached):
                 self.seen.reached.append((view.revision, name, view.node))
@@ -158,9 +169,11 @@ class PodWatch:
         n = self._unavailable(self.pods)
         p = self.pods.get(name)
         self.seen.timeline.append(f"[{n} unavailable] {time.monotonic():.1f} {kind} {name}" + (
-            f" ready={p.ready} rev={p.revision} terminating={p.terminating} runs={p.runs}" if p else ""))
+            f" ready={p.ready} gate={p.gate} rev={p.revision} terminating={p.terminating} runs={p.runs}" if p else ""))
         if n > self.seen.max_unavailable:
             self.seen.max_unavailable, self.seen.when_max = n, time.monotonic()
+        self.seen.max_updating = max(self.seen.max_updating,
+                                     sum(1 for v in self.pods.values() if v.gate is False or v.terminating))
 
 
 def statefulset_unavailable(name: str, replicas: int) -> Callable[[dict[str, PodView]], int]:

@@ -28,14 +28,14 @@ def table(data: dict[str, Any]) -> list[str]:
         "*Restored*: tier values someone else changed once that the agent put back (a restarting kubelet resets the",
         "tiers to its start-up values); *fights*: a value changed again after the agent put it back, or given up on.",
         "",
-        "| fault | injected after | in flight (rollout / resizes) | lost | reverted | restored | fights | kubelet-owned writes | invariant samples / violations | most unavailable | back | converged |",
+        "| fault | injected after | in flight (rollout / resizes) | lost | reverted | restored | fights | kubelet-owned writes | invariant samples / violations | most unavailable (taken out by the agents) | back | converged |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in rows.items():
         lines.append(
             f"| {name} | {r['injected_after_s']:.1f} s | {r['rollout_in_flight']} / {r['resizes_in_flight']} | {r['lost']} | "
             f"{r['reverted']} | {r.get('restored', '?')} | {r['fights']:.0f} | {r['kubelet_owned_writes']} | {r['invariant_samples']} / "
-            f"{r['invariant_violations']} | {r['max_unavailable']} | {r['back_s']:.1f} s | {r['converge_s']:.1f} s |"
+            f"{r['invariant_violations']} | {r['max_unavailable']} ({r.get('max_updating', '?')}) | {r['back_s']:.1f} s | {r['converge_s']:.1f} s |"
         )
     return lines
 

@@ -99,9 +99,9 @@ def test_the_cluster_faults_table_is_written_only_from_measured_rows(tmp_path: P
     assert write(results, doc) is False and "Not measured yet." in doc.read_text()
     row = {"injected_after_s": 1.0, "rollout_in_flight": 4, "resizes_in_flight": 2, "back_s": 12.5, "converge_s": 30.25,
            "lost": 0, "reverted": 0, "restored": 2, "fights": 0, "kubelet_owned_writes": 0, "invariant_samples": 40,
-           "invariant_violations": 0, "max_unavailable": 1}
+           "invariant_violations": 0, "max_unavailable": 1, "max_updating": 1}
     results.write_text(json.dumps({"commits": {"cluster_faults": "abc1234"}, "cluster_faults": {"kubelet restarted on n1": row}}))
     assert write(results, doc) is True
     text = doc.read_text()
-    assert "| kubelet restarted on n1 | 1.0 s | 4 / 2 | 0 | 0 | 2 | 0 | 0 | 40 / 0 | 1 | 12.5 s | 30.2 s |" in text
+    assert "| kubelet restarted on n1 | 1.0 s | 4 / 2 | 0 | 0 | 2 | 0 | 0 | 40 / 0 | 1 (1) | 12.5 s | 30.2 s |" in text
     assert "abc1234" in text and text.endswith(f"{END}\nafter\n") and "Not measured yet." not in text
