@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +27,13 @@ from tests.e2e_k8s.nodes import (
     NODES,
     RK,
     NodeAgent,
+    agent_ready,
     container_value,
     kubectl,
     node_exec,
     pod_uid,
     short,
+    wait_for,
 )
 from tests.e2e_k8s.watching import PodWatch, Seen, ready, statefulset_unavailable
 
@@ -169,6 +171,18 @@ class InFlight:
 
     def watch(self) -> PodWatch:
         return PodWatch(self.ns, f"app={STS}", statefulset_unavailable(STS, REPLICAS))
+
+
+def in_flight(ns: str) -> Iterator[InFlight]:
+    """The workload in namespace `ns` once both agents are Ready (a module's fixture); deleted afterwards."""
+    for node in NODES:
+        wait_for(f"the agent on {node} Ready", lambda n=node: agent_ready(n), 300, 2)  # type: ignore[misc]
+    f = InFlight(ns)
+    f.create()
+    try:
+        yield f
+    finally:
+        f.delete()
 
 
 @dataclass

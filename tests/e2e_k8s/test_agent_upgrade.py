@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bench import provenance
-from tests.e2e_k8s.inflight import Drift, InFlight, Invariant, Reverts, kubelet_owned_writes
+from tests.e2e_k8s.inflight import Drift, InFlight, Invariant, Reverts, in_flight, kubelet_owned_writes
 from tests.e2e_k8s.nodes import (
     AGENT_NS,
     CLUSTER_SH,
@@ -74,14 +74,7 @@ def second_image() -> Iterator[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def flight() -> Iterator[InFlight]:
-    for node in NODES:
-        wait_for(f"the agent on {node} Ready", lambda n=node: agent_ready(n), 300, 2)  # type: ignore[misc]
-    f = InFlight(NS)
-    f.create()
-    try:
-        yield f
-    finally:
-        f.delete()
+    yield from in_flight(NS)
 
 
 def test_the_agents_upgrade_with_a_rollout_and_resizes_in_flight(second_image: tuple[str, str], flight: InFlight) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from bench import provenance
-from tests.e2e_k8s.inflight import Drift, InFlight, Invariant, Reverts, kubelet_owned_writes
+from tests.e2e_k8s.inflight import Drift, InFlight, Invariant, Reverts, in_flight, kubelet_owned_writes
 from tests.e2e_k8s.nodes import (
     AGENT_NS,
     CLUSTER_SH,
@@ -125,14 +125,7 @@ FAULTS = (
 
 @pytest.fixture(scope="module")
 def flight() -> Iterator[InFlight]:
-    for node in NODES:
-        wait_for(f"the agent on {node} Ready", lambda n=node: agent_ready(n), 300, 2)  # type: ignore[misc]
-    f = InFlight(NS)
-    f.create()
-    try:
-        yield f
-    finally:
-        f.delete()
+    yield from in_flight(NS)
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=str)
