@@ -142,6 +142,9 @@ class Daemon:
         for warning in self.reconciler.start(views):
             log.warning("reconciler.start", message=warning)
 
+    def behind(self, reason: str | None) -> None:
+        self.reconciler.view_behind(reason)
+
     def upsert(self, pod: Mapping[str, Any]) -> None:
         self._ingest(pod)
         self.queue.add(TIERS)

@@ -78,6 +78,13 @@ class DriftTracker:
             return Decision(Action.HOLD, rec.reverts, due - now, drift=True)
         return Decision(Action.APPLY, rec.reverts, drift=True)
 
+    def changed_behind(self, path: str, desired: str, epoch: int | None = None) -> bool:
+        """Whether a difference is someone else's change to a value the agent wrote (what `decide` would
+        count as drift), without counting it."""
+        rec = self._records.get(path)
+        return (rec is not None and rec.desired == desired and (epoch is None or rec.epoch == epoch)
+                and rec.written_at is not None)
+
     def wrote(self, path: str, value: str, now: float) -> None:
         rec = self._records.get(path)
         if rec is None or rec.desired != value:

@@ -91,6 +91,11 @@ class EngineReconciler:
                      drift_records=len(records) if self.gate is not None else None)
         return problems
 
+    def view_behind(self, reason: str | None) -> None:
+        if self.gate is not None:
+            with self._lock:
+                self.gate.behind = reason
+
     def reconcile_pod(self, pod: PodView, stop: StopRequested) -> Report:
         invalid = compute_or_note(pod, self.engine.settings.compute_config(self.engine.env.hugepage_sizes))
         if isinstance(invalid, tuple):  # bad input: an Event once per message; the engine never sees it

@@ -71,6 +71,10 @@ class Gate:
         self._lock = lock or threading.RLock()
         self.lock = self._lock
         self._observed: set[tuple[str, str | None]] = set()
+        # why the agent's view of the pods may be behind (its watch broken): a value changed meanwhile may
+        # be the kubelet acting on what the agent has not seen (a resize it actuated, its status not
+        # posted), so it is not put back, nor counted as a revert, until the view is current (None)
+        self.behind: str | None = None
 
     def wrote(self, pairs: list[tuple[str, str]], now: float) -> None:
         with self._lock:
@@ -136,6 +140,11 @@ class Gate:
                     continue
                 thing = thing_of(f, f.desired.pod in pod_level)
                 epoch = generations.get(f.desired.pod or "") if f.desired.owner is FileOwner.POD else None
+                if self.behind is not None and self.drift.changed_behind(path, f.setting.value, epoch):
+                    files.append(replace(f, differs=False))
+                    notes.append(DriftNote(thing.value, path, "held", f"{path} was changed to {f.current}; not "
+                                           f"re-applied while the agent's view of the pods is behind ({self.behind})"))
+                    continue
                 decision = self.drift.decide(path, f.setting.value, now, epoch)
                 if decision.action is Action.APPLY:
                     files.append(f)

@@ -48,6 +48,9 @@ class ObjectCache:
             self.items.pop((ns, name), None)
         self.changed()
 
+    def behind(self, reason: str | None) -> None:
+        """A cache of objects is read as it is: whether its watch is behind changes nothing here."""
+
     def values(self) -> list[Mapping[str, Any]]:
         with self.lock:
             return list(self.items.values())

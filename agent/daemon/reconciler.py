@@ -132,6 +132,10 @@ class Reconciler(Protocol):
         """Write the checkpoint (at shutdown, and after state changes)."""
         ...
 
+    def view_behind(self, reason: str | None) -> None:
+        """The pods' view may be behind (`reason`: the watch broke) or is current again (None)."""
+        ...
+
     def stale(self, pods: Sequence[PodView]) -> set[str]:
         """At a resync: the pods that need their own pass (changed or not converged when last passed, or
         whose files differ now). The tiers item always runs; anything else is left alone."""

@@ -42,6 +42,10 @@ class PodSink(Protocol):
 
     def removed(self, uid: str, key: str) -> None: ...
 
+    def behind(self, reason: str | None) -> None:
+        """The delivered view may be behind (the list or watch failed: `reason`), or is current (None)."""
+        ...
+
 
 # -- one line of a watch stream (pure) ----------------------------------------------------------
 
@@ -190,6 +194,7 @@ class Watcher:
             raise wrap(what, err) from err
         with self._lock:
             self._resp = resp
+        sink.behind(None)  # connected from `rv`: what happened meanwhile streams in first
         try:
             for line in _lines(resp):
                 if stop.is_set():
@@ -232,6 +237,7 @@ class Watcher:
                     pods, rv = self.list()
                     self.backoff.forget("watch")  # a list that answered ends a run of failures
                     sink.snapshot(pods)
+                    sink.behind(None)
                     log.info("watch.listed", what=self.noun, objects=len(pods), resource_version=rv)
                 rv = self.watch(rv, sink, stop)
                 self.backoff.forget("watch")
@@ -248,6 +254,8 @@ class Watcher:
                 if self._delivered:  # the stream worked until it broke: not one more failure in a row
                     self.backoff.forget("watch")
                 delay = self.backoff.next("watch")
+                if not self._delivered:  # not a stream that simply ended: the view may be behind
+                    sink.behind(str(err))
                 log.warning("watch.error", what=self.noun, error=str(err), retry_in_s=delay, resource_version=rv)
                 stop.wait(delay)
 

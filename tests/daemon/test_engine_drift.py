@@ -117,6 +117,28 @@ def test_a_restart_says_what_it_took_up_from_the_state_directory(node: ResizeNod
     assert after["state_dir"] == str(node.settings.state_dir)
 
 
+def test_a_change_while_the_view_of_the_pods_is_behind_is_held_not_counted(node: ResizeNode) -> None:
+    """With the watch broken, the kubelet may have acted on what the agent has not seen (a resize it
+    actuated, its status not posted): such a change is left alone and not counted as a revert; once the
+    view is current again it is put back as a first revert."""
+    now = [1000.0]
+    rec, views, quota = _converged(node, now, max_reverts=1, backoff_s=1.0)
+    rec.view_behind("watch pods of node n1: connection refused")
+    for _ in range(3):  # more changes than max_reverts: none counts
+        node.tree.set(quota, "90000")
+        now[0] += 3600.0
+        rec.stale(views)
+        report = rec.reconcile_tiers(views, lambda: False)
+        assert [(n.action, "connection refused" in n.message) for n in report.drift if n.path == quota] == [("held", True)]
+        assert node.read(quota) == "90000"
+    rec.view_behind(None)
+    now[0] += 3600.0
+    rec.stale(views)
+    report = rec.reconcile_tiers(views, lambda: False)
+    assert [(n.action, n.reverts) for n in report.drift if n.path == quota] == [("reapplied", 1)]
+    assert node.read(quota) == "50000"
+
+
 def test_a_damaged_drift_record_file_starts_empty_with_a_warning(node: ResizeNode) -> None:
     node.settings.state_dir.mkdir(parents=True, exist_ok=True)
     (node.settings.state_dir / "drift.json").write_text('{"kind": "KubeCgroupAgentNodeRecord", "data": {}}')

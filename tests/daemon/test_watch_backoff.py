@@ -49,8 +49,14 @@ class _Waits(threading.Event):
 
 
 class _Sink:
+    def __init__(self) -> None:
+        self.views: list[str | None] = []  # what the watcher said of the view, in order
+
     def snapshot(self, pods: list[Any]) -> None:
         pass
+
+    def behind(self, reason: str | None) -> None:
+        self.views.append(reason)
 
     def upsert(self, pod: Any) -> None:
         pass
@@ -103,3 +109,24 @@ def test_failures_in_a_row_grow_the_delay() -> None:
         return _List()
 
     assert _run(call, 5) == [0.5, 1.0, 2.0, 4.0, 8.0]
+
+
+def test_the_view_is_behind_from_a_failed_watch_until_one_connects_again() -> None:
+    """The daemon holds drift back while its view of the pods may be behind (agent.daemon.gate): the
+    watcher says so at a failure that delivered nothing, and says it is current once a list answers or a
+    watch connects from the last resourceVersion."""
+    watches = [0]
+
+    def call(**kw: Any) -> Any:  # list; watch refused twice; a watch that connects and drops
+        if not kw.get("watch"):
+            return _List()
+        watches[0] += 1
+        if watches[0] <= 2:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return _Stream([BOOKMARK])
+
+    sink, stop = _Sink(), _Waits(3)
+    Watcher(call, "pods of node n1", Metrics()).run(sink, stop)
+    behind = [v is not None for v in sink.views]
+    assert behind == [False, True, True, False]  # listed, refused, refused, connected
+    assert "Connection refused" in str(sink.views[1])

@@ -49,6 +49,9 @@ class _Inner:
     def reconcile_pod(self, pod: PodView, stop: StopRequested) -> Report:
         return Report("pod", Outcome.APPLIED, self._run(f"pod:{pod.uid}"))
 
+    def view_behind(self, reason: str | None) -> None:
+        pass
+
     def reconcile_tiers(self, pods: Sequence[PodView], stop: StopRequested) -> Report:
         n = self._run("tiers")
         return Report("tiers", Outcome.APPLIED if n else Outcome.CONVERGED, n)
