@@ -189,3 +189,45 @@ def test_two_agents_racing_for_a_daemonsets_one_slot_never_both_take_it(namespac
     leases = json.loads(kubectl("get", "leases", "-n", NS, "-o", "json"))["items"]
     slots = [x["metadata"]["name"] for x in leases if x["metadata"]["name"].startswith(f"kcg-rollout-daemonset-{DS}")]
     assert len(slots) <= 1, slots  # the budget of 1 is one Lease, whoever held it
+
+
+def test_two_holders_racing_for_one_slot_lease_on_the_real_api_server_never_both_win(namespace: str) -> None:
+    """The agents' slots are Leases taken with the API server's optimistic concurrency (agent.infra.lease).
+    The DaemonSet race above is as tight as two agents' ticks make it, and the budget's own check often
+    settles it first (one agent sees the other's pod taken out); here two holders race for one Lease at
+    once, from a barrier, 30 times for a new Lease and 30 times to take over an expired one: exactly one
+    wins each time (a Lease taken without winning it is two updates at once)."""
+    import threading
+
+    from kubernetes import client, config
+
+    from agent.infra.lease import acquire
+    from tests.e2e_k8s.nodes import RK
+
+    config.load_kube_config(str(RK / "kubeconfig"))
+    apis = [client.ApiClient(), client.ApiClient()]
+    lost_both, won_both = 0, 0
+    for i in range(60):
+        name = f"kcg-race-{i}"
+        if i >= 30:  # an expired slot: its holder gone for a minute
+            kubectl("apply", "-f", "-", stdin=json.dumps({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name, "namespace": NS},
+                "spec": {"holderIdentity": "gone/pod", "leaseDurationSeconds": 30,
+                         "renewTime": "2020-01-01T00:00:00.000000Z", "acquireTime": "2020-01-01T00:00:00.000000Z"}}))
+        barrier = threading.Barrier(2)
+        won: list[bool] = [False, False]
+
+        def race(k: int, name: str = name, barrier: threading.Barrier = barrier, won: list[bool] = won) -> None:
+            barrier.wait()
+            won[k] = acquire(apis[k], NS, name, f"node-{k}/pod", 30, time.time)
+
+        threads = [threading.Thread(target=race, args=(k,)) for k in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        won_both += all(won)
+        lost_both += not any(won)
+    print(f"e2e-k8s: 60 races for one Lease (30 new, 30 expired): both won {won_both}, neither won {lost_both}")
+    assert won_both == 0
+    assert lost_both == 0
