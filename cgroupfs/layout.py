@@ -127,11 +127,7 @@ def render(
     out: list[FileSetting] = []
     below = cgroup_dir(name, opts.driver) if subdir is None else subdir
     dirs: dict[str, str] = {}  # mount -> directory: one string shared by the cgroup's files (kept per pod)
-    for controller, files in (
-        (Controller.CPU, _cpu_files),
-        (Controller.MEMORY, _memory_files),
-        (Controller.HUGETLB, _hugetlb_files),
-    ):
+    for controller, files in _RENDERERS:
         loc = hierarchy.locate(controller)
         if loc is None:
             continue
@@ -190,12 +186,21 @@ def _memory_files(version: CgroupVersion, values: CgroupValues, _: RenderOptions
 
 
 def _hugetlb_files(version: CgroupVersion, values: CgroupValues, _: RenderOptions) -> list[tuple[str, str]]:
+    if not values.hugetlb:  # a container's values (the runtime's), and most QoS tiers'
+        return []
     v1 = version is CgroupVersion.V1
     text = _v1_memory if v1 else _v2_memory
     suffix = "limit_in_bytes" if v1 else "max"
     return [
         (f"hugetlb.{hugepage_size_name(size)}.{suffix}", text(limit)) for size, limit in sorted(values.hugetlb.items())
     ]
+
+
+_RENDERERS: Final = (
+    (Controller.CPU, _cpu_files),
+    (Controller.MEMORY, _memory_files),
+    (Controller.HUGETLB, _hugetlb_files),
+)
 
 
 def _hugetlb_page(filename: str) -> int | None:
