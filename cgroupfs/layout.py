@@ -73,6 +73,8 @@ class Hierarchy:
 
 @dataclass(frozen=True, slots=True)
 class FileSetting:
+    """One kernel file and the exact string it should hold."""
+
     cgroup: CgroupName
     controller: Controller
     version: CgroupVersion
@@ -87,6 +89,8 @@ class FileSetting:
 
 @dataclass(frozen=True, slots=True)
 class RenderOptions:
+    """How values become files: the cgroup driver and the shares-to-weight formula."""
+
     driver: DriverKind = DriverKind.CGROUPFS
     weight_formula: str = "linear"  # "linear" (kubelet, pod and QoS cgroups) or "quadratic" (runc >= 1.3.2)
 

@@ -23,6 +23,8 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 @dataclass(frozen=True, slots=True)
 class Loaded:
+    """The pods read from a source, and the problems of those that could not be."""
+
     pods: tuple[PodView, ...]
     errors: tuple[Problem, ...]
     warnings: tuple[str, ...] = ()  # LimitRanges in the input that could not be read (left out)

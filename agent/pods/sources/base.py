@@ -100,6 +100,8 @@ FieldPath = tuple[str, ...]
 
 @dataclass(frozen=True, slots=True)
 class Merged:
+    """A pod with the winning proposals of its sources written in, and who decided what."""
+
     raw: Mapping[str, Any]  # the Pod with every winning proposal written in (a copy when anything changed)
     provenance: Mapping[FieldPath, str]  # only fields a source other than the spec decided
     notes: tuple[tuple[str, str], ...] = ()  # (source, note) of each source that proposed something

@@ -85,6 +85,8 @@ class Limit:
 
 @dataclass(frozen=True, slots=True)
 class Item:
+    """One limit of a LimitRange (`spec.limits[]`): its scope and bounds."""
+
     scope: Scope
     min: tuple[Limit, ...] = ()
     max: tuple[Limit, ...] = ()
@@ -93,6 +95,8 @@ class Item:
 
 @dataclass(frozen=True, slots=True)
 class LimitRange:
+    """A namespace's LimitRange, reduced to the bounds the annotations must keep."""
+
     namespace: str
     name: str
     items: tuple[Item, ...]
@@ -104,6 +108,8 @@ class LimitRange:
 
 @dataclass(frozen=True, slots=True)
 class Violation:
+    """A bound of a LimitRange that a pod, as its annotations make it, would break."""
+
     pod: str  # namespace/name
     limit_range: str  # namespace/name
     scope: Scope
@@ -288,6 +294,8 @@ def check_pod(pod: PodView, ranges: Sequence[LimitRange]) -> tuple[Violation, ..
 
 @dataclass(frozen=True, slots=True)
 class _Seen:
+    """The LimitRanges as last listed, by namespace, or why they could not be."""
+
     by_namespace: Mapping[str, tuple[LimitRange, ...]]
     unavailable: str | None  # why they cannot be read; None when listed
 
