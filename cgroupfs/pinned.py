@@ -29,7 +29,7 @@ from typing import Final
 from cgroupfs.errors import CgroupError, CgroupNotFound
 from cgroupfs.files import CgroupFiles
 
-READ_SIZE: Final = 4096  # a counter file is smaller (v1 memory.stat about 1.5 KiB); a longer one is read on
+READ_SIZE: Final = 65536
 WANTED_NOFILE: Final = 65536
 RESERVE_MIN: Final = 256  # descriptors left for the rest of the process (sockets, logs, path reads)
 ROOM_FOR_PATH_READS: Final = 32  # given back after EMFILE: a path read holds one fd per path component
