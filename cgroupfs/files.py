@@ -3,7 +3,8 @@
 Why one choke point: every write the agent makes lands in a kernel file that can throttle or kill
 workloads. Every system call on the cgroup tree is made here, and only on a path `cgroupfs.confine` has
 first confined beneath the agent's owned roots. The walk opens one component at a time relative to its
-parent with O_NOFOLLOW, so a symlink planted inside the tree cannot lead a write outside it, and writes
+parent with O_NOFOLLOW (a bulk read opens each file in one openat2 call that refuses the same, `cgroupfs.openat2`),
+so a symlink planted inside the tree cannot lead a write outside it, and writes
 never create files (a file the kernel does not offer is an error, which also keeps fake trees honest).
 The kernel's refusals become the typed errors of `cgroupfs.errors` through `cgroupfs.refusals`.
 """
@@ -19,12 +20,19 @@ from typing import Final
 
 from cgroupfs.confine import OwnedRoots, split_relpath
 from cgroupfs.errors import CgroupError, CgroupNotFound, CgroupPathRefused, CgroupWriteError
+from cgroupfs.openat2 import Opener, opener
 from cgroupfs.refusals import classify, rmdir_refusal, write_refusal
 
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_SIZE: Final = 65536
+# A read that returns less than this is the whole file: a regular file (a fake tree) reads short only at
+# its end, and a kernel cgroup file is a seq_file, which returns less than asked only when its next record
+# does not fit in what is left of its buffer (a page at least): with cgroup files' records of a line each,
+# never below half a page. A longer first read is read on to its end.
+_WHOLE_BELOW: Final = 2048
 _WRITE_FLAGS: Final = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC  # never O_CREAT
+
 
 
 class _Walker:
@@ -86,9 +94,8 @@ class _Walker:
             raise classify("read", relpath, err) from err
         try:
             data = os.read(fd, _READ_SIZE)
-            if data:  # the end is the read that returns nothing (a short read is not the end of a kernel file)
-                while chunk := os.read(fd, _READ_SIZE):
-                    data += chunk
+            if len(data) >= _WHOLE_BELOW:
+                data = _read_on(fd, data)
         except OSError as err:
             if err.errno == errno.ENODEV:  # the cgroup was removed while we read
                 return None
@@ -100,37 +107,78 @@ class _Walker:
     def _read_grouped(
         self, by_dir: Mapping[tuple[str, ...], Sequence[tuple[str, str]]]
     ) -> tuple[dict[str, str | None], dict[str, bool]]:
-        """Read many files, walking each directory once: (contents by path, existence by directory).
-
-        `by_dir` maps the components of a (confined) directory to its files, as (path, name). A node has
-        tens of thousands of such files; opening every path component again for each file dominated the
-        agent's time, so files are grouped by their directory, and directories in sorted order share
-        their leading components (`_OpenPath`).
-        """
+        """Read many files: (contents by path, existence by directory). `by_dir` maps the components of a
+        (confined) directory to its files, as (path, name). Each file is opened in one openat2 call beneath
+        --cgroupfs that refuses any symlink on the way (`cgroupfs.openat2`). A directory whose first file
+        that call cannot open (a missing cgroup, a symlink, a file where a directory should be), and every
+        one where openat2 is not available, is walked one component at a time, which gives the answer or
+        error `read` gives; directories in sorted order then share their leading components (`_OpenPath`)."""
         files: dict[str, str | None] = {}
         dirs: dict[str, bool] = {}
-        with _OpenPath(self.cgroupfs) as path:
-            for dparts in sorted(by_dir):
-                members = by_dir[dparts]
-                reldir = "/".join(dparts)
-                dfd = own = path.descend(dparts)
-                if dfd is None:  # a component failed: the one-by-one walk names it (or it exists by now)
-                    try:  # an error names the first file, as `read` of it would
-                        dfd = own = self._open_dir("read", members[0][0], dparts)
-                    except CgroupNotFound:
-                        dirs[reldir] = False
-                        files.update((rel, None) for rel, _ in members)
+        beneath, top = _open_beneath(), None
+        if beneath is not None:
+            try:
+                top = os.open(self.cgroupfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                beneath = None  # the walk says why
+        read, close = os.read, os.close
+        try:
+            with _OpenPath(self.cgroupfs) as path:
+                for dparts in by_dir if top is not None else sorted(by_dir):
+                    members = by_dir[dparts]
+                    if beneath is None or top is None:
+                        self._read_walked(path, dparts, members, files, dirs)
                         continue
-                else:
-                    own = None  # the open path's, closed with it
-                try:
-                    dirs[reldir] = True
+                    fd = -1
                     for rel, name in members:
-                        files[rel] = self._read_at(dfd, name, rel)
-                finally:
-                    if own is not None:
-                        os.close(own)
+                        try:
+                            fd = beneath(top, rel)
+                        except OSError:
+                            if fd == -1:  # the first: the directory may be missing or hold a symlink: walk it
+                                self._read_walked(path, dparts, members, files, dirs)
+                                break
+                            files[rel] = self._read(rel, (*dparts, name))  # absent (None), or its error
+                            continue
+                        try:
+                            data = read(fd, _READ_SIZE)
+                            if len(data) >= _WHOLE_BELOW:
+                                data = _read_on(fd, data)
+                        except OSError as err:
+                            if err.errno == errno.ENODEV:  # the cgroup was removed while we read
+                                files[rel] = None
+                                continue
+                            raise classify("read", rel, err) from err
+                        finally:
+                            close(fd)
+                        files[rel] = data.decode("utf-8", "replace")
+                    else:
+                        dirs["/".join(dparts)] = True
+        finally:
+            if top is not None:
+                close(top)
         return files, dirs
+
+    def _read_walked(self, path: _OpenPath, dparts: tuple[str, ...], members: Sequence[tuple[str, str]],
+                     files: dict[str, str | None], dirs: dict[str, bool]) -> None:
+        """One directory's files read through the component-by-component walk, into `files` and `dirs`."""
+        reldir = "/".join(dparts)
+        dfd = own = path.descend(dparts)
+        if dfd is None:  # a component failed: the one-by-one walk names it (or it exists by now)
+            try:  # an error names the first file, as `read` of it would
+                dfd = own = self._open_dir("read", members[0][0], dparts)
+            except CgroupNotFound:
+                dirs[reldir] = False
+                files.update((rel, None) for rel, _ in members)
+                return
+        else:
+            own = None  # the open path's, closed with it
+        try:
+            dirs[reldir] = True
+            for rel, name in members:
+                files[rel] = self._read_at(dfd, name, rel)
+        finally:
+            if own is not None:
+                os.close(own)
 
     def _exists(self, relpath: str, parts: tuple[str, ...]) -> bool:
         try:
@@ -191,6 +239,20 @@ class _OpenPath:
             self._fds.append(fd)
             held.append(part)
         return self._fds[-1]
+
+
+def _open_beneath() -> Opener | None:
+    """openat2 for reading files, where the kernel has it (`cgroupfs.openat2`)."""
+    return opener(_READ_FLAGS)
+
+
+def _read_on(fd: int, data: bytes) -> bytes:
+    """The rest of a file whose first read was long (see `_WHOLE_BELOW`): read to the end, the read that
+    returns nothing."""
+    chunks = [data]
+    while chunk := os.read(fd, _READ_SIZE):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _is_symlink(dir_fd: int, name: str) -> bool:

@@ -73,6 +73,8 @@ class Hierarchy:
 
 @dataclass(frozen=True, slots=True)
 class FileSetting:
+    """One kernel file and the exact string it should hold."""
+
     cgroup: CgroupName
     controller: Controller
     version: CgroupVersion
@@ -87,6 +89,8 @@ class FileSetting:
 
 @dataclass(frozen=True, slots=True)
 class RenderOptions:
+    """How values become files: the cgroup driver and the shares-to-weight formula."""
+
     driver: DriverKind = DriverKind.CGROUPFS
     weight_formula: str = "linear"  # "linear" (kubelet, pod and QoS cgroups) or "quadratic" (runc >= 1.3.2)
 
@@ -127,11 +131,7 @@ def render(
     out: list[FileSetting] = []
     below = cgroup_dir(name, opts.driver) if subdir is None else subdir
     dirs: dict[str, str] = {}  # mount -> directory: one string shared by the cgroup's files (kept per pod)
-    for controller, files in (
-        (Controller.CPU, _cpu_files),
-        (Controller.MEMORY, _memory_files),
-        (Controller.HUGETLB, _hugetlb_files),
-    ):
+    for controller, files in _RENDERERS:
         loc = hierarchy.locate(controller)
         if loc is None:
             continue
@@ -190,12 +190,21 @@ def _memory_files(version: CgroupVersion, values: CgroupValues, _: RenderOptions
 
 
 def _hugetlb_files(version: CgroupVersion, values: CgroupValues, _: RenderOptions) -> list[tuple[str, str]]:
+    if not values.hugetlb:  # a container's values (the runtime's), and most QoS tiers'
+        return []
     v1 = version is CgroupVersion.V1
     text = _v1_memory if v1 else _v2_memory
     suffix = "limit_in_bytes" if v1 else "max"
     return [
         (f"hugetlb.{hugepage_size_name(size)}.{suffix}", text(limit)) for size, limit in sorted(values.hugetlb.items())
     ]
+
+
+_RENDERERS: Final = (
+    (Controller.CPU, _cpu_files),
+    (Controller.MEMORY, _memory_files),
+    (Controller.HUGETLB, _hugetlb_files),
+)
 
 
 def _hugetlb_page(filename: str) -> int | None:

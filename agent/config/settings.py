@@ -38,6 +38,8 @@ class ConfigError(PermanentError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Settings:
+    """The agent's settings: the config file's keys and the command line's flags."""
+
     cgroupfs: Path = Path("/sys/fs/cgroup")
     cgroup_root: str = "/"
     cgroup_driver: DriverKind = DriverKind.CGROUPFS

@@ -40,6 +40,8 @@ _CONTAINER_FIELDS: Mapping[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class DesiredFile:
+    """A file the node's desired state occupies, and whose it is (a tier, a pod or a container)."""
+
     setting: FileSetting
     owner: Owner
     pod: str | None = None  # "ns/name"
@@ -55,6 +57,8 @@ class DesiredFile:
 
 @dataclass(frozen=True, slots=True)
 class FileDiff:
+    """A desired file against what was read back."""
+
     desired: DesiredFile
     current: str | None  # stripped read-back; None when the file or cgroup is missing
     differs: bool
@@ -67,6 +71,8 @@ class FileDiff:
 
 @dataclass(frozen=True, slots=True)
 class NodeDiff:
+    """The node's files against the desired state, with the computation behind them."""
+
     files: tuple[FileDiff, ...]  # tiers, pods and containers, in tree order
     warnings: tuple[Problem, ...]
     errors: tuple[Problem, ...]

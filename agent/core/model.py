@@ -111,6 +111,8 @@ EMPTY: Final = Resources()
 
 @dataclass(frozen=True, slots=True)
 class ContainerView:
+    """One container of the spec (an init container, a sidecar or a regular one) and its resources."""
+
     name: str
     kind: ContainerKind
     requests: Resources = EMPTY
@@ -173,6 +175,8 @@ class PodView:
 
 @dataclass(frozen=True, slots=True)
 class HugepageLimit:
+    """A container's hugetlb limit for one page size, as CRI carries it."""
+
     page_size: int  # bytes
     limit: int  # bytes
 

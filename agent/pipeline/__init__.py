@@ -36,6 +36,8 @@ class PipelineError(PermanentError):
 
 @dataclass(frozen=True, slots=True)
 class Environment:
+    """The node the pipeline runs on: settings, hierarchies, huge page sizes and the cgroup files."""
+
     settings: Settings
     hierarchy: Hierarchy
     hugepage_sizes: tuple[int, ...]
@@ -123,6 +125,8 @@ def observe(env: Environment, files: tuple[DesiredFile, ...]) -> Observation:
 
 @dataclass(frozen=True, slots=True)
 class Result:
+    """A pipeline run to its diff, with the usage files a plan reads besides."""
+
     env: Environment
     diff: NodeDiff
     extra: dict[str, str | None]

@@ -15,6 +15,7 @@ from agent.core.model import PodView, Problem
 from agent.infra.errors import PermanentError
 from agent.pods.parse import PodParseError, parse_pod, pod_key
 from agent.pods.sources import DEFAULT_SOURCES, Source
+from agent.pods.sources.base import MAPS
 from agent.pods.sources.limitrange import LimitRanges
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -22,6 +23,8 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 @dataclass(frozen=True, slots=True)
 class Loaded:
+    """The pods read from a source, and the problems of those that could not be."""
+
     pods: tuple[PodView, ...]
     errors: tuple[Problem, ...]
     warnings: tuple[str, ...] = ()  # LimitRanges in the input that could not be read (left out)
@@ -56,7 +59,7 @@ def _items(doc: object, origin: str) -> Iterator[Mapping[str, Any]]:
         for d in doc:
             yield from _items(d, origin)
         return
-    if not isinstance(doc, Mapping):
+    if not isinstance(doc, MAPS):
         raise PodParseError(origin, "a document must be a Pod or a List of Pods")
     kind = doc.get("kind")
     if kind in ("List", "PodList", "LimitRangeList") or (kind is None and isinstance(doc.get("items"), list)):
@@ -64,7 +67,7 @@ def _items(doc: object, origin: str) -> Iterator[Mapping[str, Any]]:
         if not isinstance(items, list):
             raise PodParseError(origin, "items must be a list")
         for item in items:
-            if isinstance(item, Mapping) and item.get("kind") is None and kind in ("PodList", "LimitRangeList"):
+            if isinstance(item, MAPS) and item.get("kind") is None and kind in ("PodList", "LimitRangeList"):
                 item = {**item, "kind": kind.removesuffix("List")}
             yield from _items(item, origin)
         return
@@ -170,7 +173,7 @@ def from_objects(objects: list[Any], sources: Sequence[Source] = DEFAULT_SOURCES
     errors: list[Problem] = []
     serializer = None
     for obj in objects:
-        if not isinstance(obj, Mapping):
+        if not isinstance(obj, MAPS):
             if serializer is None:
                 from kubernetes.client import ApiClient
 

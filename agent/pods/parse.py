@@ -31,6 +31,7 @@ from agent.core.model import (
 from agent.infra.errors import PermanentError
 from agent.pods import quantity
 from agent.pods.sources import DEFAULT_SOURCES, Source, SourceInputError, field_label, merge
+from agent.pods.sources.base import MAPS
 from agent.pods.sources.pod_level_annotation import POD_RESOURCES_ANNOTATION
 
 __all__ = ["POD_RESOURCES_ANNOTATION", "PodParseError", "parse_pod", "pod_key", "resource_list"]
@@ -50,8 +51,8 @@ class PodParseError(PermanentError, ValueError):
 
 
 def pod_key(raw: Mapping[str, Any]) -> str:
-    meta = raw.get("metadata") if isinstance(raw, Mapping) else None
-    if not isinstance(meta, Mapping):
+    meta = raw.get("metadata") if isinstance(raw, MAPS) else None
+    if not isinstance(meta, MAPS):
         return "<pod without metadata>"
     return f"{_shown(meta.get('namespace') or 'default')}/{_shown(meta.get('name') or '<unnamed>')}"
 
@@ -64,7 +65,7 @@ def _shown(v: object) -> str:
 def resource_list(raw: object, what: str) -> Resources:
     if raw is None:
         return EMPTY
-    if not isinstance(raw, Mapping):
+    if not isinstance(raw, MAPS):
         raise quantity.QuantityError(f"{what} must be a map of resource name to quantity")
     items = tuple(raw.items())
     if all(type(k) is str and type(v) is str for k, v in items):  # what a manifest's lists hold, as keys go
@@ -126,7 +127,7 @@ def _resize_policy(raw: object, where: str) -> dict[str, ResizePolicy]:
         raise PodParseError(where, "resizePolicy must be a list")
     out: dict[str, ResizePolicy] = {}
     for item in raw:
-        if not isinstance(item, Mapping):
+        if not isinstance(item, MAPS):
             raise PodParseError(where, "resizePolicy entries must be maps")
         name, policy = item.get("resourceName"), item.get("restartPolicy")
         if name not in ("cpu", "memory"):
@@ -142,7 +143,7 @@ def _resize_policy(raw: object, where: str) -> dict[str, ResizePolicy]:
 
 
 def _container(raw: object, kind: ContainerKind, key: str, seen: set[str]) -> ContainerView:
-    if not isinstance(raw, Mapping):
+    if not isinstance(raw, MAPS):
         raise PodParseError(key, "a container must be a map")
     name = raw.get("name")
     if not isinstance(name, str) or not name:
@@ -153,7 +154,7 @@ def _container(raw: object, kind: ContainerKind, key: str, seen: set[str]) -> Co
     if kind is ContainerKind.INIT and raw.get("restartPolicy") == "Always":
         kind = ContainerKind.SIDECAR
     res = raw.get("resources") or {}
-    if not isinstance(res, Mapping):
+    if not isinstance(res, MAPS):
         raise PodParseError(key, f"container {name!r}: resources must be a map")
     try:
         limits = resource_list(res.get("limits"), f"container {name!r} limits")
@@ -168,7 +169,7 @@ def _statuses(raw: object, key: str) -> tuple[ContainerStatusView, ...]:
         return ()
     out: list[ContainerStatusView] = []
     for st in raw:
-        if not isinstance(st, Mapping) or not isinstance(st.get("name"), str):
+        if not isinstance(st, MAPS) or not isinstance(st.get("name"), str):
             continue
         cid = runtime = None
         full = st.get("containerID")
@@ -181,7 +182,7 @@ def _statuses(raw: object, key: str) -> tuple[ContainerStatusView, ...]:
             except ModelError as err:
                 raise PodParseError(key, f"container {st['name']!r}: {err}") from err
         state = st.get("state")
-        running = isinstance(state, Mapping) and "running" in state
+        running = isinstance(state, MAPS) and "running" in state
         restarts = st.get("restartCount", 0)
         try:  # what the kubelet admitted (requests only; in-place resize, k8s >= 1.33)
             allocated = resource_list(st["allocatedResources"], f"container {st['name']!r} allocatedResources") if "allocatedResources" in st else None
@@ -200,7 +201,7 @@ def controller_owner(meta: Mapping[str, Any]) -> tuple[str, str] | None:
     if not isinstance(refs, list):
         return None
     for ref in refs:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
+        if isinstance(ref, MAPS) and ref.get("controller") is True:
             kind, name = ref.get("kind"), ref.get("name")
             if isinstance(kind, str) and isinstance(name, str):
                 return kind, name
@@ -270,7 +271,7 @@ def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCE
     """Build one PodView with every source's proposal applied; raise PodParseError naming the pod and the
     problem."""
     key = pod_key(raw)
-    if not isinstance(raw, Mapping):
+    if not isinstance(raw, MAPS):
         raise PodParseError(key, "a pod must be a map")
     try:
         merged = merge(raw, sources)  # sources of desired state over the spec, by precedence
@@ -282,7 +283,7 @@ def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCE
         raise PodParseError(key, f"kind {kind!r} is not a Pod")
     meta = raw.get("metadata")
     spec = raw.get("spec")
-    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+    if not isinstance(meta, MAPS) or not isinstance(spec, MAPS):
         raise PodParseError(key, "a pod needs metadata and spec")
     name = meta.get("name")
     namespace = meta.get("namespace") or "default"
@@ -310,7 +311,7 @@ def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCE
     source = _pod_level_source(spec, merged.provenance)
     try:
         overhead = resource_list(spec.get("overhead"), "spec.overhead")
-        if pod_level is not None and not isinstance(pod_level, Mapping):
+        if pod_level is not None and not isinstance(pod_level, MAPS):
             raise quantity.QuantityError("pod-level resources must be a map")
         preq = (
             resource_list(pod_level.get("requests"), "pod-level requests") if pod_level is not None else None
@@ -320,7 +321,7 @@ def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCE
         raise PodParseError(key, str(err)) from err
 
     status = raw.get("status") or {}
-    if not isinstance(status, Mapping):
+    if not isinstance(status, MAPS):
         status = {}
     qos_raw = status.get("qosClass")
     status_qos = _QOS_CLASSES.get(qos_raw) if isinstance(qos_raw, str) else None
@@ -347,7 +348,7 @@ def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCE
         status_qos=status_qos,
         provenance={field_label(path): src for path, src in merged.provenance.items()},
         owner=controller_owner(meta),
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()} if isinstance(meta.get("labels"), Mapping) else {},
+        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()} if isinstance(meta.get("labels"), MAPS) else {},
     )
     pod = _default_pod_level(pod)
     try:

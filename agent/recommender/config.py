@@ -24,6 +24,8 @@ DAY_S: Final = 86_400.0
 
 @dataclass(frozen=True, slots=True)
 class RecommenderSettings:
+    """The `recommender` section: the local sampler and the VPA recommender's own knobs."""
+
     enabled: bool = False  # the sampler in the daemon; `recommend --samples` works regardless
     sample_interval_s: float = 1.0  # the node samples CPU every second (VPA: metrics once a minute)
     recommender_interval_s: float = 60.0  # --recommender-interval: at most one status write per VPA per interval

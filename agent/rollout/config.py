@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class RolloutSettings:
+    """The `rollout` section: graceful in-place updates of workloads."""
+
     enabled: bool = False
     metadata_in_place: bool = False
     resources_in_place: bool = False

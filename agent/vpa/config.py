@@ -28,6 +28,8 @@ PANIC_LABEL: Final = "kube-cgroup-agent.io/vpa"  # value "off" on the node
 
 @dataclass(frozen=True, slots=True)
 class VPASettings:
+    """The `vpa` section: VPA recommendations applied in place."""
+
     enabled: bool = False
     actuate_all: bool = False
     treat_recreate_as_in_place: bool = False

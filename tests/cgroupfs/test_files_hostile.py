@@ -147,7 +147,7 @@ def _outcome(call: Callable[[], object]) -> object:
         return type(err), str(err)
 
 
-def test_read_many_confines_every_path_as_read_does(tmp_path: Path) -> None:
+def test_read_many_confines_every_path_as_read_does(tmp_path: Path, both_openers: str) -> None:
     """read_many checks a directory and a file name once for all the paths that share them: whatever the
     paths, it answers what read() answers for each, or refuses with what read() says of one of them."""
     tree = _build(tmp_path)

@@ -157,3 +157,18 @@ def test_cleanup_stops_its_own_processes_then_removes_the_cgroups(kernel_root: K
     assert kernel_root.cleanup() == []
     assert hog.returncode is not None  # stopped and reaped by PID
     assert not kernel_root.files.exists(kernel_root.dirs["memory"])
+
+
+def test_read_many_reads_the_kernel_files_whole_as_read_does(kernel_root: KernelRoot, both_openers: str) -> None:
+    """Over real kernfs files (one openat2 call per file, or the walk): the same texts as read(), a
+    multi-line file whole, and a missing cgroup reported as missing."""
+    cpu = kernel_root.mkdirs("cpu", "pod", "c1")
+    memory = kernel_root.mkdirs("memory", "pod", "c1")
+    kernel_root.files.write(f"{cpu}/cpu.shares", "512")
+    paths = [f"{cpu}/cpu.shares", f"{cpu}/cpu.cfs_quota_us", f"{cpu}/cpu.stat", f"{memory}/memory.stat",
+             f"{memory}/memory.limit_in_bytes", f"{cpu}/no.such.file", kernel_root.path("cpu", "gone", "cpu.shares")]
+    texts, dirs = kernel_root.files.read_many(paths)
+    assert texts == {p: kernel_root.files.read(p) for p in paths}
+    assert texts[f"{cpu}/cpu.shares"] == "512\n" and "total_inactive_file" in (texts[f"{memory}/memory.stat"] or "")
+    assert texts[kernel_root.path("cpu", "gone", "cpu.shares")] is None
+    assert dirs[cpu] and dirs[memory] and not dirs[kernel_root.path("cpu", "gone")]

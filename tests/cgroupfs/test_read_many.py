@@ -14,7 +14,7 @@ from tests.support.cgroup_tree import FakeCgroupTree
 
 
 def test_read_many_matches_read_and_reports_directories(
-    fake_cgroup_tree: Callable[..., FakeCgroupTree],
+    fake_cgroup_tree: Callable[..., FakeCgroupTree], both_openers: str
 ) -> None:
     tree = fake_cgroup_tree("v1")
     tree.create(CgroupName(("kubepods", "burstable")))
@@ -39,7 +39,7 @@ def test_read_many_matches_read_and_reports_directories(
 
 
 def test_read_many_refuses_paths_outside_the_owned_roots(
-    fake_cgroup_tree: Callable[..., FakeCgroupTree],
+    fake_cgroup_tree: Callable[..., FakeCgroupTree], both_openers: str
 ) -> None:
     tree = fake_cgroup_tree("v1")
     files = CgroupFiles(tree.root, ("cpu/kubepods",))
@@ -50,7 +50,7 @@ def test_read_many_refuses_paths_outside_the_owned_roots(
 
 
 def test_read_many_over_a_deep_tree_keeps_the_answers_of_read_and_never_follows_a_symlink(
-    fake_cgroup_tree: Callable[..., FakeCgroupTree], tmp_path: Path
+    fake_cgroup_tree: Callable[..., FakeCgroupTree], tmp_path: Path, both_openers: str
 ) -> None:
     """Directories share their open leading components: siblings, a missing cgroup between two present
     ones, a file where a directory should be, and a symlinked directory deep in a shared prefix."""
@@ -83,3 +83,14 @@ def test_read_many_over_a_deep_tree_keeps_the_answers_of_read_and_never_follows_
     (tree.path("cpu/kubepods/burstable") / "podz").symlink_to(outside)
     with pytest.raises(CgroupPathRefused, match="symlink"):
         files.read_many(["cpu/kubepods/burstable/poda/cpu.shares", "cpu/kubepods/burstable/podz/cpu.shares"])
+
+
+@pytest.mark.parametrize("size", [0, 1, 2047, 2048, 4096, 65536, 65537, 200_000])
+def test_a_file_is_read_whole_whatever_its_size(tmp_path: Path, both_openers: str, size: int) -> None:
+    """One read when the first returns less than half a page; read on to the end otherwise."""
+    (tmp_path / "cpu" / "kubepods").mkdir(parents=True)
+    text = ("12345678\n" * (size // 9 + 1))[:size]
+    (tmp_path / "cpu" / "kubepods" / "cpu.stat").write_text(text)
+    files = CgroupFiles(tmp_path, ("cpu/kubepods",))
+    texts, _ = files.read_many(["cpu/kubepods/cpu.stat"])
+    assert texts["cpu/kubepods/cpu.stat"] == text == files.read("cpu/kubepods/cpu.stat")

@@ -268,9 +268,10 @@ def test_a_local_command_imports_only_what_it_uses(argv: list[str]) -> None:
 
 # What `diff` over JSON manifests and flags does not use: YAML (no YAML to read), the planner (it stops at the
 # diff), VPA, the recommender's histograms, the rollout and the resize engine (their settings sections load
-# without them).
+# without them), and the LimitRange rules (no LimitRange in the input, no annotation to bound).
 NOT_FOR_DIFF = ("yaml", "agent.core.plan", "agent.vpa.policy", "agent.vpa.model", "agent.vpa.source", "agent.vpa.inputs",
-                "agent.core.ownership", "agent.recommender.histogram", "agent.rollout.eligibility", "agent.resize")
+                "agent.core.ownership", "agent.recommender.histogram", "agent.rollout.eligibility", "agent.resize",
+                "agent.pods.sources.limitrange_rules")
 
 
 def test_diff_over_json_manifests_loads_neither_yaml_nor_the_planner(tmp_path: Path) -> None:

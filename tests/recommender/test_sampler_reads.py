@@ -5,6 +5,7 @@ descriptor for a container that is gone."""
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from agent.recommender.sampler import Sampler, Target, reader_for, targets
 from agent.recommender.trace import Sample
 from cgroupfs.files import CgroupFiles
 from cgroupfs.naming import cgroup_dir
+from cgroupfs.pinned import PinnedFiles
 from cgroupfs.types import CgroupName
 from tests.support.cgroup_tree import FakeCgroupTree
 
@@ -137,6 +139,56 @@ def test_samples_are_those_of_the_path_reads(
     new.tick(T0 + 100, [])
     assert open_fds() == baseline
     new.close()
+
+
+def stale_pread(fd: int, size: int, offset: int) -> bytes:
+    """pread, but a file removed with its cgroup answers ENODEV, as kernfs answers an old descriptor."""
+    if os.readlink(f"/proc/self/fd/{fd}").endswith(" (deleted)"):
+        raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+    return os.pread(fd, size, offset)
+
+
+@pytest.mark.parametrize("mode", ["v1", "v2"])
+def test_a_cgroup_recreated_under_a_running_target_is_read_anew_and_no_descriptor_leaks(
+    fake_cgroup_tree: Callable[..., FakeCgroupTree], mode: str
+) -> None:
+    """The sampler preads the descriptors it holds itself: when their cgroup is removed and made again
+    between two ticks (the container still a target), the old ones answer ENODEV, are closed and the new
+    cgroup's files opened; the samples stay the path reads', and no descriptor is left behind."""
+    tree = fake_cgroup_tree(mode)
+    pods = [_pod(i) for i in range(2)]
+    root = CgroupName(())
+
+    def leaves(i: int) -> tuple[str, ...]:
+        name = pod_cgroup_name(root, QOSClass.BURSTABLE, _uid(i))
+        return tuple(f"{leaf}/{pods[i].statuses[0].container_id}"
+                     for leaf in (f"{m}/{cgroup_dir(name, tree.driver)}".lstrip("/") for m in _mounts(tree)))
+
+    def write(i: int, values: tuple[float, int, int, int, int, int]) -> None:
+        name = pod_cgroup_name(root, QOSClass.BURSTABLE, _uid(i))
+        tree.create(f"{cgroup_dir(name, tree.driver)}/{pods[i].statuses[0].container_id}")
+        for leaf in leaves(i):
+            for file, text in _values(mode, *values).items():
+                if mode == "v2" or file.split(".")[0] in leaf.split("/")[0].split(","):
+                    tree.path(f"{leaf}/{file}").write_text(text)
+
+    baseline = open_fds()
+    new = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), oom_every=1)
+    new._pinned = PinnedFiles(new.reader, budget=1000, pread=stale_pread)
+    old = PathSampler(reader_for(tree.root, root, tree.driver, tree.hierarchy))
+    wanted = targets(pods, root, tree.driver, tree.hierarchy)
+    for n in range(5):
+        if n == 3:  # pod 0's cgroup removed and made again under the same path
+            for leaf in leaves(0):
+                tree.remove(leaf)
+        for i in range(2):
+            write(i, (1.0 + n / (4 if i == 0 and n < 3 else 2), 10 * n, n, 300_000_000 - n, 1000 * i, 0))
+        now = T0 + 2.0 * n
+        assert new.tick(now, wanted) == old.tick(now, wanted), f"tick {n}"
+        assert open_fds() == baseline + new._pinned.open_count and len(new._pinned) == 4
+    assert new._pinned.open_count == 8  # per container: the files of each tick and the OOM-kill counter
+    new.close()
+    assert open_fds() == baseline
 
 
 def _mounts(tree: FakeCgroupTree) -> list[str]:

@@ -12,13 +12,8 @@ import pytest
 
 from agent.pods.parse import PodParseError, parse_pod
 from agent.pods.sources import default_sources
-from agent.pods.sources.limitrange import (
-    LimitRanges,
-    Violation,
-    check_pod,
-    parse_all,
-    parse_limit_range,
-)
+from agent.pods.sources.limitrange import LimitRanges
+from agent.pods.sources.limitrange_rules import Violation, check_pod, parse_all, parse_limit_range
 
 RESIZE = "kube-cgroup-agent.io/resize"
 POD_RESOURCES = "kube-cgroup-agent.io/pod-resources"

@@ -10,6 +10,8 @@ from agent.core.model import CgroupName, Resources
 
 @dataclass(frozen=True, slots=True)
 class ComputeConfig:
+    """What the computation takes from the kubelet's configuration."""
+
     cgroup_root: CgroupName = field(default_factory=lambda: CgroupName(()))
     cpu_cfs_quota: bool = True  # kubelet cpuCFSQuota: enforce CPU limits
     cpu_cfs_quota_period_us: int = QUOTA_PERIOD_US  # kubelet cpuCFSQuotaPeriod

@@ -13,6 +13,8 @@ from agent.core.model import UNLIMITED, ContainerValues, ContainerView, Hugepage
 
 @dataclass(frozen=True, slots=True)
 class ContainerComputation:
+    """A running container's CRI values, and whether a limit came from the pod level."""
+
     container: ContainerView
     values: ContainerValues
     cpu_limit_from_pod: bool  # the container has no CPU limit of its own and gets the pod-level one

@@ -15,6 +15,8 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 @dataclass(frozen=True, slots=True)
 class NodeComputation:
+    """Every pod's and tier's values, and the problems found computing them."""
+
     pods: tuple[PodComputation, ...]
     tiers: tuple[TierComputation, ...]
     warnings: tuple[Problem, ...]

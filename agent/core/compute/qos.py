@@ -10,6 +10,8 @@ from agent.core.model import PodView, QOSClass, Resources
 
 @dataclass(frozen=True, slots=True)
 class QOSDecision:
+    """A pod's QoS class and why."""
+
     qos: QOSClass
     reason: str
 

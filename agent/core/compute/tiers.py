@@ -16,6 +16,8 @@ HUGEPAGES_UNBOUNDED: Final = 1 << 62  # setHugePagesUnbounded
 
 @dataclass(frozen=True, slots=True)
 class TierComputation:
+    """One QoS tier cgroup's values, and how they were derived."""
+
     kind: TierKind
     cgroup: CgroupName
     values: CgroupValues

@@ -11,7 +11,14 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
-from agent.pods.sources.base import Bound, ContainerResources, Proposal, SourceInputError, check_namespace
+from agent.pods.sources.base import (
+    MAPS,
+    Bound,
+    ContainerResources,
+    Proposal,
+    SourceInputError,
+    check_namespace,
+)
 
 POD_RESOURCES_ANNOTATION: Final = "kube-cgroup-agent.io/pod-resources"
 NAME: Final = "pod-resources-annotation"
@@ -29,10 +36,10 @@ class PodLevelAnnotationSource:
     def propose(self, raw: Mapping[str, Any]) -> Proposal | None:
         spec = raw.get("spec")
         meta = raw.get("metadata")
-        if not isinstance(spec, Mapping) or not isinstance(meta, Mapping) or spec.get("resources") is not None:
+        if not isinstance(spec, MAPS) or not isinstance(meta, MAPS) or spec.get("resources") is not None:
             return None
         annotations = meta.get("annotations") or {}
-        text = annotations.get(POD_RESOURCES_ANNOTATION) if isinstance(annotations, Mapping) else None
+        text = annotations.get(POD_RESOURCES_ANNOTATION) if isinstance(annotations, MAPS) else None
         if text is None:
             return None
         check_namespace(raw, POD_RESOURCES_ANNOTATION, self.namespaces)
@@ -40,12 +47,12 @@ class PodLevelAnnotationSource:
             value = json.loads(text)
         except (TypeError, ValueError) as err:
             raise SourceInputError(f"annotation {POD_RESOURCES_ANNOTATION} is not valid JSON: {err}") from err
-        if not isinstance(value, Mapping) or not set(value) <= {"requests", "limits"}:
+        if not isinstance(value, MAPS) or not set(value) <= {"requests", "limits"}:
             raise SourceInputError(
                 f'annotation {POD_RESOURCES_ANNOTATION} must be {{"requests": ..., "limits": ...}}'
             )
         for kind, lst in value.items():
-            if not isinstance(lst, Mapping):
+            if not isinstance(lst, MAPS):
                 raise SourceInputError(f"annotation {POD_RESOURCES_ANNOTATION}: {kind} must be a map")
         return Proposal(
             NAME, pod=cast(ContainerResources, dict(value)), note=f"annotation {POD_RESOURCES_ANNOTATION}", bound=self.bound

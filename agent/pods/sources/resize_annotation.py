@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Final, cast
 
 from agent.pods.sources.base import (
+    MAPS,
     Bound,
     ContainerResources,
     Proposal,
@@ -42,8 +43,8 @@ class ResizeAnnotationError(SourceInputError):
 
 def resize_annotation(raw: Mapping[str, Any]) -> str | None:
     meta = raw.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if not isinstance(annotations, Mapping):
+    annotations = meta.get("annotations") if isinstance(meta, MAPS) else None
+    if not isinstance(annotations, MAPS):
         return None
     value = annotations.get(RESIZE_ANNOTATION)
     return value if isinstance(value, str) else None
@@ -56,25 +57,25 @@ def parse_resize_annotation(text: str) -> dict[str, dict[str, dict[str, dict[str
         value = json.loads(text)
     except ValueError as err:
         raise ResizeAnnotationError(f"annotation {RESIZE_ANNOTATION} is not valid JSON: {err}") from err
-    if not isinstance(value, Mapping) or not value or not set(value) <= set(_SECTIONS):
+    if not isinstance(value, MAPS) or not value or not set(value) <= set(_SECTIONS):
         raise ResizeAnnotationError(
             f'annotation {RESIZE_ANNOTATION} must be {{"containers": {{NAME: {{"requests": {{..}}, '
             '"limits": {..}}}}} (and optionally "initContainers")'
         )
     out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for section, containers in value.items():
-        if not isinstance(containers, Mapping):
+        if not isinstance(containers, MAPS):
             raise ResizeAnnotationError(
                 f"annotation {RESIZE_ANNOTATION}: {section} must map names to resources"
             )
         out[section] = {}
         for name, res in containers.items():
-            if not isinstance(res, Mapping) or not set(res) <= {"requests", "limits"}:
+            if not isinstance(res, MAPS) or not set(res) <= {"requests", "limits"}:
                 raise ResizeAnnotationError(
                     f"annotation {RESIZE_ANNOTATION}: container {name!r} takes only requests and limits"
                 )
             for kind, lst in res.items():
-                if not isinstance(lst, Mapping):
+                if not isinstance(lst, MAPS):
                     raise ResizeAnnotationError(
                         f"annotation {RESIZE_ANNOTATION}: container {name!r} {kind} must be a map"
                     )
