@@ -54,14 +54,18 @@ def diff_process(data: dict[str, Any]) -> list[str]:
     if thousand and not (thousand["median_s"] / base <= 8 and thousand["median_s"] < 0.25):
         lines += [
             "",
-            "Where the 1,000-pod run goes (in-process CPU, best of 11, at commit cbdced2): reading the node's files",
-            "133 ms — about 100 ms of it in 20,133 `open`, 26,158 `read` and 20,132 `close` calls (some 2.5 µs each",
-            "on this VM; every path component is opened with O_NOFOLLOW, each file read to its end), which is the",
-            "floor for 13,000 files here; loading and parsing the pods 46 ms; rendering the desired files 45;",
-            "computing 38; the diff 23; then imports about 45 ms and the interpreter's own start 24 ms. About 35 ms",
-            "of the pure phases is making 39,000 small frozen records (the files, desired and diffed). Each phase is",
-            "O(pods); the bytecode is precompiled by `make` (an editable install with PYTHONDONTWRITEBYTECODE would",
-            "compile every module on each run) and the cyclic collector is off for a one-shot command line.",
+            "Where the 1,000-pod run goes (in-process CPU, best of 9, at commit 4c48fec, this machine's slower day:",
+            "bare `python -c pass` 34 ms): reading the node's files 95 ms — one `openat2` per file beneath the tree",
+            "(the kernel refuses any symlink on the way and any path out of it; the component-by-component",
+            "O_NOFOLLOW walk where openat2 is missing), one read for a short file: about 13,000 opens, reads and",
+            "closes, some 4-5 µs of kernel time per file here, the floor for 13,000 files; loading and parsing the",
+            "pods 37 ms; rendering the desired files 41; computing 35; the diff 16; imports about 70 ms (about 25",
+            "of them the dataclasses of the command's modules, whose generated methods Python 3.11 compiles at",
+            "import) and the interpreter's own start. The remaining distance to the goal is per-record Python",
+            "work (39,000 small frozen records: each file's setting, desired file and diff) and the imports, not",
+            "system calls: a cheaper record than a frozen dataclass, or fewer records per file, is what is left.",
+            "Each phase is O(pods); the bytecode is precompiled by `make` and the cyclic collector is off for a",
+            "one-shot command line.",
         ]
     lines.append("")
     return lines

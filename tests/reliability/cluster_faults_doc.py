@@ -19,10 +19,12 @@ def table(data: dict[str, Any]) -> list[str]:
     rows: dict[str, dict[str, Any]] = data.get("cluster_faults") or {}
     commit = (data.get("commits") or {}).get("cluster_faults", "?")
     lines = [
-        f"Measured at {commit} with `make e2e-k8s` (tests/e2e_k8s/test_cluster_faults.py), on the two-node cluster of",
-        "tests/e2e_k8s/cluster.sh (this host: cgroup v1 + cgroupfs; a TCG qemu guest: cgroup v2 + systemd), the agent",
-        "as its DaemonSet. *In flight*: StatefulSet pods not yet updated in place / VPA resizes not yet at their",
-        "decision when the fault was injected. *Back*: the fault's end (the component Ready again; for the API",
+        f"Measured at {commit} by tests/e2e_k8s/test_cluster_faults.py (part of `make e2e-k8s`), on the two-node cluster",
+        "of tests/e2e_k8s/cluster.sh (this host: cgroup v1 + cgroupfs; a TCG qemu guest: cgroup v2 + systemd), the",
+        "agent as its DaemonSet. *Injected after*: seconds from the samplers' start; the fault follows the rollout's",
+        "and the resize's start at once. *In flight*: StatefulSet pods not yet updated in place / VPA resizes not yet",
+        "at their decision when the fault was injected (known afterwards from when each got there: a VPA resize on",
+        "the v1 node is done within half a second). *Back*: the fault's end (the component Ready again; for the API",
         "server, 30 s down and then ready); *converged*: from then until every pod is at its spec and its VPA",
         "decision. *Invariant*: samples of both nodes' cgroup trees taken during the fault, violations among them.",
         "*Restored*: tier values someone else changed once that the agent put back (a restarting kubelet resets the",
