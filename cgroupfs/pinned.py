@@ -79,7 +79,7 @@ class PinnedFiles:
         self.budget = _budget() if budget is None else budget
         self._warn = warn
         self._warned = False
-        self.pread = pread  # what reads a kept descriptor (a caller reading `descriptors` itself uses it too)
+        self._pread = pread
         self._groups: dict[Group, list[int]] = {}
         self.open_count = 0
 
@@ -96,15 +96,8 @@ class PinnedFiles:
                 return self._read_new(group)
             raise _read_error(group, err) from err
 
-    def descriptors(self, group: Group) -> list[int]:
-        """The open files of `group`, in order, for a caller that preads them itself: the very list
-        this reader keeps, emptied in place when it closes the group (the container went, a stale
-        descriptor was replaced, descriptors ran out), so that a caller holding it never reads a closed
-        (or reused) descriptor. Empty when the group is not kept open (read it with `read`)."""
-        return self._groups.get(group) or []
-
     def _read_fds(self, fds: list[int]) -> list[bytes]:
-        pread = self.pread
+        pread = self._pread
         out = [pread(fd, READ_SIZE, 0) for fd in fds]
         if READ_SIZE in map(len, out):  # a counter file is far smaller; read on rather than cut it
             out = [self._rest(fd, data) if len(data) == READ_SIZE else data for fd, data in zip(fds, out, strict=True)]
@@ -126,7 +119,7 @@ class PinnedFiles:
     def _rest(self, fd: int, data: bytes) -> bytes:
         chunks = [data]
         offset = len(data)
-        while len(chunk := self.pread(fd, READ_SIZE, offset)) > 0:
+        while len(chunk := self._pread(fd, READ_SIZE, offset)) > 0:
             chunks.append(chunk)
             offset += len(chunk)
         return b"".join(chunks)
@@ -184,9 +177,7 @@ class PinnedFiles:
         if fds is None:
             return
         self.open_count -= len(fds)
-        closing = fds.copy()
-        fds.clear()  # who holds the list (`descriptors`) sees the group closed
-        for fd in closing:
+        for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
 

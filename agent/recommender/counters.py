@@ -147,13 +147,7 @@ def values_v1(data: Sequence[bytes | None], kills: int | None) -> Reading:
     inactive = field_bytes(stat, b"\ntotal_inactive_file ")
     if inactive is None:
         inactive = field_bytes(stat, b"\ninactive_file ")
-    # int_bytes of each, inline (a tick parses these two of every container)
-    cpu_usage = cpu_usage.strip() if cpu_usage is not None else b""
-    usage = usage.strip() if usage is not None else b""
-    return (
-        int(cpu_usage) if cpu_usage.isdigit() else None, periods, throttled,
-        int(usage) if usage.isdigit() else None, inactive, None, kills,
-    )
+    return (int_bytes(cpu_usage), periods, throttled, int_bytes(usage), inactive, None, kills)
 
 
 def values_v2(data: Sequence[bytes | None], kills: int | None) -> Reading:

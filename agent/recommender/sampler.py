@@ -4,12 +4,10 @@ it builds is confined to the kubepods subtrees and the sampler never writes.
 
 Why the files stay open: a path read walks and re-checks every directory component, which at a thousand
 containers a second was most of the agent's sampling cost; each container's counter files are opened once
-through that same confinement (`cgroupfs.pinned`) and read with pread until the container goes; the tick
-preads the descriptors the reader keeps (`PinnedFiles.descriptors`) itself, and hands a file that fails
-or is longer than a counter back to the reader. A tick reads only what its samples need, and keeps a
-plain tuple per container rather than objects; the OOM-kill counter, which only counts up, every
-`oom_every` ticks per container (spread over the ticks): a kill is seen a few seconds later, never
-missed, and its sample's memory is the peak the kernel kept."""
+through that same confinement (`cgroupfs.pinned`) and read with pread until the container goes. A tick
+reads only what its samples need, and keeps a plain tuple per container rather than objects; the OOM-kill
+counter, which only counts up, every `oom_every` ticks per container (spread over the ticks): a kill is
+seen a few seconds later, never missed, and its sample's memory is the peak the kernel kept."""
 
 from __future__ import annotations
 
@@ -37,12 +35,13 @@ from agent.recommender.counters import (
     rates,
     values_v1,
     values_v2,
+    working_set,
 )
 from agent.recommender.trace import Sample
 from cgroupfs.files import CgroupFiles
 from cgroupfs.layout import Hierarchy
 from cgroupfs.naming import cgroup_dir, container_dir
-from cgroupfs.pinned import READ_SIZE, Group, PinnedFiles, Texts, pinned_reader
+from cgroupfs.pinned import Group, PinnedFiles, pinned_reader
 from cgroupfs.types import CgroupName, DriverKind
 
 OOM_EVERY = 10  # ticks between reads of a container's OOM-kill counter
@@ -152,7 +151,6 @@ class _Track:
     oom_due: int  # the tick that reads the OOM-kill counter next
     at: float = 0.0
     reading: Reading | None = None
-    fds: list[int] = field(default_factory=list)  # PinnedFiles.descriptors of the files read each tick
 
 
 @dataclass(slots=True)
@@ -176,8 +174,7 @@ class Sampler:
         self._ticks += 1
         tick, tracks = self._ticks, self._tracks
         starvation, threshold, every = self.starvation, self.throttle_threshold, self.oom_every
-        read, descriptors, pread = pinned.read, pinned.descriptors, pinned.pread
-        new_sample = tuple.__new__
+        read = pinned.read
         samples: list[Sample] = []
         oomed: list[Target] = []
         seen = 0
@@ -188,18 +185,7 @@ class Sampler:
             if track.seen != tick:
                 seen += 1
             plan = track.plan
-            fds = track.fds
-            data: Texts
-            if fds:  # open: pread here, the reader's own read inlined (a stale file: the reader's read again)
-                try:
-                    opened = [pread(fd, READ_SIZE, 0) for fd in fds]
-                except OSError:
-                    data = read(plan.each_tick)  # closes the group (emptying `fds`), opens it again or raises
-                else:  # a file longer than a counter: the reader reads it whole
-                    data = read(plan.each_tick) if READ_SIZE in map(len, opened) else opened
-            else:
-                data = read(plan.each_tick)
-                track.fds = descriptors(plan.each_tick)
+            data = read(plan.each_tick)
             if plan.slots is not None:
                 data = [None if i is None else data[i] for i in plan.slots]
             previous = track.reading
@@ -209,17 +195,12 @@ class Sampler:
             else:
                 total = previous[6] if previous is not None else None
             current = values_v2(data, total) if t.v2 else values_v1(data, total)
-            if previous is None:  # `rates` of a first reading
-                cores = throttled = None
-                kills = 0
-            else:
-                cores, throttled, kills = rates(previous, current, now - track.at)
+            cores, throttled, kills = rates(previous, current, now - track.at)
             track.seen, track.at, track.reading = tick, now, current
-            usage = current[3]  # `working_set` and `cpu_value`, inline
-            ws = None if usage is None else max(usage - (current[4] or 0), 0)
-            cpu = cores if not starvation or cores is None else cpu_value(cores, throttled, t.cpu_limit_cores, True, threshold)
-            if cpu is not None or ws is not None:  # Sample(now, pod, container, cpu, ws) without its __new__
-                samples.append(new_sample(Sample, (now, t.pod, t.container, cpu, ws, False, None, None)))
+            ws = working_set(current)
+            cpu = cpu_value(cores, throttled, t.cpu_limit_cores, starvation, threshold)
+            if cpu is not None or ws is not None:
+                samples.append(Sample(now, t.pod, t.container, cpu, ws))
             if kills:
                 used = max(self._peak(plan) or 0, ws or 0)
                 samples.append(Sample(now, t.pod, t.container, memory=float(used), oom=True))

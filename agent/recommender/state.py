@@ -53,17 +53,8 @@ class RecommenderState:
             h.record_oom(sample.ts, float(self.requests.get(key, (None, None))[1] or 0))
 
     def observe_all(self, samples: Iterable[Sample]) -> None:
-        histories = self.histories
-        for s in samples:  # `observe`, its common case (a usage sample of a known container) inline
-            ts, pod, container, cpu, memory, oom, request_cpu, request_memory = s
-            h = histories.get((pod, container))
-            if h is None or oom or request_cpu is not None or request_memory is not None:
-                self.observe(s)
-                continue
-            if cpu is not None:
-                h.add_cpu(ts, cpu)
-            if memory is not None:
-                h.add_memory(ts, memory)
+        for s in samples:
+            self.observe(s)
 
     def forget_older_than(self, now: float) -> list[Key]:
         """Containers not seen for longer than the memory window (8 days by default) are dropped: the memory

@@ -228,31 +228,3 @@ def test_the_soft_descriptor_limit_is_raised_toward_the_hard_one() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     now, soft, hard = (int(x) for x in out)
     assert now == soft == min(4096, hard if hard != resource.RLIM_INFINITY else 4096)
-
-
-def test_the_descriptors_a_caller_holds_are_emptied_when_the_group_closes(node: Node) -> None:
-    """A caller that preads `descriptors` itself never reads a closed (or reused) descriptor: the list it
-    holds is emptied in place whenever the reader closes the group, whatever the reason."""
-    groups = node.add(3)
-    pread = FlakyPread(errno.ENODEV)
-    pinned = PinnedFiles(node.files, budget=1000, pread=pread)
-    assert pinned.descriptors(node.group) == []  # not open yet
-    held = {}
-    for g in (node.group, *groups):
-        pinned.read(g)
-        held[g] = pinned.descriptors(g)
-        assert len(held[g]) == 4 and [pread(fd, 4096, 0) for fd in held[g]] == node.by_path(g)
-    pinned.forget(groups[0])  # the container went
-    assert held[groups[0]] == []
-    pread.stale = {os.fstat(fd).st_ino for fd in held[groups[1]]}  # a recreated cgroup: stale, replaced
-    for d in {p.rsplit("/", 1)[0] for p in groups[1]}:
-        node.tree.remove(d)
-    node.tree.create(f"{POD}/x1", ("cpuacct", "memory") if node.tree.mode == "v1" else None)
-    for p in groups[1]:
-        node.tree.path(p).write_text("counter 9\n")
-    assert pinned.read(groups[1]) == node.by_path(groups[1])
-    assert held[groups[1]] == [] and len(pinned.descriptors(groups[1])) == 4
-    pinned.sweep({node.group})
-    assert held[groups[2]] == [] and len(held[node.group]) == 4
-    pinned.close()
-    assert held[node.group] == [] and pinned.open_count == 0

@@ -111,27 +111,17 @@ def test_samples_are_those_of_the_path_reads(
     pods = [_pod(i) for i in range(3)]
     root = CgroupName(())
 
-    def leaves(i: int) -> tuple[str, ...]:
-        name = pod_cgroup_name(root, QOSClass.BURSTABLE, _uid(i))
-        return tuple(f"{leaf}/{pods[i].statuses[0].container_id}"
-                     for leaf in (f"{m}/{cgroup_dir(name, tree.driver)}".lstrip("/") for m in _mounts(tree)))
-
     baseline = open_fds()
     new = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), starvation, oom_every=1)
     old = PathSampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), starvation)
     for n, step in enumerate(SCRIPT):
         for i in range(3):
-            name = pod_cgroup_name(root, QOSClass.BURSTABLE, _uid(i))
             if i not in step:
-                for leaf in leaves(i):
+                for leaf in _leaves(tree, pods, i):
                     if tree.path(leaf).exists():
                         tree.remove(leaf)
                 continue
-            tree.create(f"{cgroup_dir(name, tree.driver)}/{pods[i].statuses[0].container_id}")
-            for leaf in leaves(i):
-                for file, text in _values(mode, *step[i]).items():
-                    if mode == "v2" or file.split(".")[0] in leaf.split("/")[0].split(","):
-                        tree.path(f"{leaf}/{file}").write_text(text)
+            _write(tree, pods, i, step[i])
         wanted = targets([pods[i] for i in sorted(step)], root, tree.driver, tree.hierarchy)
         now = T0 + 2.0 * n
         assert new.tick(now, wanted) == old.tick(now, wanted), f"tick {n}"
@@ -152,25 +142,12 @@ def stale_pread(fd: int, size: int, offset: int) -> bytes:
 def test_a_cgroup_recreated_under_a_running_target_is_read_anew_and_no_descriptor_leaks(
     fake_cgroup_tree: Callable[..., FakeCgroupTree], mode: str
 ) -> None:
-    """The sampler preads the descriptors it holds itself: when their cgroup is removed and made again
-    between two ticks (the container still a target), the old ones answer ENODEV, are closed and the new
-    cgroup's files opened; the samples stay the path reads', and no descriptor is left behind."""
+    """The sampler's kept descriptors: when their cgroup is removed and made again between two ticks (the
+    container still a target), the old ones answer ENODEV, are closed and the new cgroup's files opened;
+    the samples stay the path reads', and no descriptor is left behind."""
     tree = fake_cgroup_tree(mode)
     pods = [_pod(i) for i in range(2)]
     root = CgroupName(())
-
-    def leaves(i: int) -> tuple[str, ...]:
-        name = pod_cgroup_name(root, QOSClass.BURSTABLE, _uid(i))
-        return tuple(f"{leaf}/{pods[i].statuses[0].container_id}"
-                     for leaf in (f"{m}/{cgroup_dir(name, tree.driver)}".lstrip("/") for m in _mounts(tree)))
-
-    def write(i: int, values: tuple[float, int, int, int, int, int]) -> None:
-        name = pod_cgroup_name(root, QOSClass.BURSTABLE, _uid(i))
-        tree.create(f"{cgroup_dir(name, tree.driver)}/{pods[i].statuses[0].container_id}")
-        for leaf in leaves(i):
-            for file, text in _values(mode, *values).items():
-                if mode == "v2" or file.split(".")[0] in leaf.split("/")[0].split(","):
-                    tree.path(f"{leaf}/{file}").write_text(text)
 
     baseline = open_fds()
     new = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), oom_every=1)
@@ -179,16 +156,33 @@ def test_a_cgroup_recreated_under_a_running_target_is_read_anew_and_no_descripto
     wanted = targets(pods, root, tree.driver, tree.hierarchy)
     for n in range(5):
         if n == 3:  # pod 0's cgroup removed and made again under the same path
-            for leaf in leaves(0):
+            for leaf in _leaves(tree, pods, 0):
                 tree.remove(leaf)
         for i in range(2):
-            write(i, (1.0 + n / (4 if i == 0 and n < 3 else 2), 10 * n, n, 300_000_000 - n, 1000 * i, 0))
+            _write(tree, pods, i, (1.0 + n / (4 if i == 0 and n < 3 else 2), 10 * n, n, 300_000_000 - n, 1000 * i, 0))
         now = T0 + 2.0 * n
         assert new.tick(now, wanted) == old.tick(now, wanted), f"tick {n}"
         assert open_fds() == baseline + new._pinned.open_count and len(new._pinned) == 4
     assert new._pinned.open_count == 8  # per container: the files of each tick and the OOM-kill counter
     new.close()
     assert open_fds() == baseline
+
+
+def _leaves(tree: FakeCgroupTree, pods: list[Any], i: int) -> tuple[str, ...]:
+    """Pod i's container directory in each hierarchy the sampler reads."""
+    name = pod_cgroup_name(CgroupName(()), QOSClass.BURSTABLE, _uid(i))
+    return tuple(f"{leaf}/{pods[i].statuses[0].container_id}"
+                 for leaf in (f"{m}/{cgroup_dir(name, tree.driver)}".lstrip("/") for m in _mounts(tree)))
+
+
+def _write(tree: FakeCgroupTree, pods: list[Any], i: int, values: tuple[float, int, int, int, int, int]) -> None:
+    """Pod i's container cgroup made, its counter files holding `values` (see `_values`)."""
+    name = pod_cgroup_name(CgroupName(()), QOSClass.BURSTABLE, _uid(i))
+    tree.create(f"{cgroup_dir(name, tree.driver)}/{pods[i].statuses[0].container_id}")
+    for leaf in _leaves(tree, pods, i):
+        for file, text in _values(tree.mode, *values).items():
+            if tree.mode == "v2" or file.split(".")[0] in leaf.split("/")[0].split(","):
+                tree.path(f"{leaf}/{file}").write_text(text)
 
 
 def _mounts(tree: FakeCgroupTree) -> list[str]:
