@@ -52,9 +52,6 @@ def split_relpath(relpath: str, op: str = "use") -> tuple[str, ...]:
 def _name_size(name: str) -> int | None:
     """The size in bytes of a plain file name (one path component as `split_relpath` accepts it); None for
     anything else."""
-    if name.isascii():  # what `split_relpath` checks of one component, where a character is a byte
-        plain = name not in ("", ".", "..") and "/" not in name and "\0" not in name and "\n" not in name
-        return len(name) if plain and len(name) <= MAX_COMPONENT_BYTES else None
     try:
         parts = split_relpath(name, "read")
     except CgroupPathRefused:
@@ -96,24 +93,14 @@ class OwnedRoots:
         for relpath in relpaths:
             if isinstance(relpath, str):
                 directory, _, name = relpath.rpartition("/")
-                members = known.get(directory)
-                if members is not None:  # an owned directory seen before: only the name, and the size
-                    size = names.get(name, -1)
-                    if size == -1:
-                        size = names[name] = _name_size(name)
-                    owned = dirs[directory]
-                    if size is not None and owned is not None and owned[1] + 1 + size <= MAX_PATH_BYTES:
-                        members.append((relpath, name))
-                        continue
-                else:
-                    if directory not in dirs:
-                        dirs[directory] = self._owned_dir(directory, dirs)
-                    if name not in names:
-                        names[name] = _name_size(name)
-                    owned, size = dirs[directory], names[name]
-                    if owned is not None and size is not None and owned[1] + 1 + size <= MAX_PATH_BYTES:
-                        known[directory] = [(relpath, name)]
-                        continue
+                if directory not in dirs:
+                    dirs[directory] = self._owned_dir(directory, dirs)
+                if name not in names:
+                    names[name] = _name_size(name)
+                owned, size = dirs[directory], names[name]
+                if owned is not None and size is not None and owned[1] + 1 + size <= MAX_PATH_BYTES:
+                    known.setdefault(directory, []).append((relpath, name))
+                    continue
             parts = self.confine("read", relpath, is_file=True)  # the whole check: a refusal names path and reason
             others.append((parts[:-1], relpath, parts[-1]))
         groups: dict[tuple[str, ...], list[tuple[str, str]]] = {}

@@ -34,7 +34,6 @@ _WHOLE_BELOW: Final = 2048
 _WRITE_FLAGS: Final = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC  # never O_CREAT
 
 
-
 class _Walker:
     """Opens directories one component at a time below --cgroupfs, never following a symlink."""
 
@@ -92,17 +91,7 @@ class _Walker:
             if err.errno == errno.ENOENT:
                 return None
             raise classify("read", relpath, err) from err
-        try:
-            data = os.read(fd, _READ_SIZE)
-            if len(data) >= _WHOLE_BELOW:
-                data = _read_on(fd, data)
-        except OSError as err:
-            if err.errno == errno.ENODEV:  # the cgroup was removed while we read
-                return None
-            raise classify("read", relpath, err) from err
-        finally:
-            os.close(fd)
-        return data.decode("utf-8", errors="replace")
+        return _read_fd(fd, relpath)
 
     def _read_grouped(
         self, by_dir: Mapping[tuple[str, ...], Sequence[tuple[str, str]]]
@@ -121,7 +110,6 @@ class _Walker:
                 top = os.open(self.cgroupfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError:
                 beneath = None  # the walk says why
-        read, close = os.read, os.close
         try:
             with _OpenPath(self.cgroupfs) as path:
                 for dparts in by_dir if top is not None else sorted(by_dir):
@@ -139,23 +127,12 @@ class _Walker:
                                 break
                             files[rel] = self._read(rel, (*dparts, name))  # absent (None), or its error
                             continue
-                        try:
-                            data = read(fd, _READ_SIZE)
-                            if len(data) >= _WHOLE_BELOW:
-                                data = _read_on(fd, data)
-                        except OSError as err:
-                            if err.errno == errno.ENODEV:  # the cgroup was removed while we read
-                                files[rel] = None
-                                continue
-                            raise classify("read", rel, err) from err
-                        finally:
-                            close(fd)
-                        files[rel] = data.decode("utf-8", "replace")
+                        files[rel] = _read_fd(fd, rel)
                     else:
                         dirs["/".join(dparts)] = True
         finally:
             if top is not None:
-                close(top)
+                os.close(top)
         return files, dirs
 
     def _read_walked(self, path: _OpenPath, dparts: tuple[str, ...], members: Sequence[tuple[str, str]],
@@ -244,6 +221,21 @@ class _OpenPath:
 def _open_beneath() -> Opener | None:
     """openat2 for reading files, where the kernel has it (`cgroupfs.openat2`)."""
     return opener(_READ_FLAGS)
+
+
+def _read_fd(fd: int, relpath: str) -> str | None:
+    """An opened file's text, the descriptor closed; None when its cgroup was removed while it was read."""
+    try:
+        data = os.read(fd, _READ_SIZE)
+        if len(data) >= _WHOLE_BELOW:
+            data = _read_on(fd, data)
+    except OSError as err:
+        if err.errno == errno.ENODEV:  # the cgroup was removed while we read
+            return None
+        raise classify("read", relpath, err) from err
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", errors="replace")
 
 
 def _read_on(fd: int, data: bytes) -> bytes:
