@@ -35,12 +35,11 @@ from tests.e2e_k8s.nodes import (
     short,
     wait_for,
 )
-from tests.e2e_k8s.watching import PodWatch, Seen, ready, statefulset_unavailable
+from tests.e2e_k8s.watching import GATE, PodWatch, Seen, ready, statefulset_unavailable
 
 STS = "wheel"
 REPLICAS = 4
 SECOND = IMAGE.rsplit(":", 1)[0] + ":2"
-GATE = "kube-cgroup-agent.io/InPlaceUpdateReady"
 CPU_ROUNDS = ("150m", "250m")  # the VPA targets `start` alternates between (limits twice that)
 
 

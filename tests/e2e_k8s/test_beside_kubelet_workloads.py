@@ -20,7 +20,7 @@ import pytest
 from bench import provenance
 from tests.e2e_k8s.nodes import IMAGE, KUBECTL, RK, kubectl, needs_cluster, wait_for
 from tests.e2e_k8s.v1_node import PIN, Agent, beside_the_kubelet
-from tests.e2e_k8s.watching import api_requests, ready
+from tests.e2e_k8s.watching import api_requests, new_revision, ready
 
 pytestmark = needs_cluster
 
@@ -38,13 +38,6 @@ def _downtime(pod: dict[str, Any], container: str) -> float:
     """Seconds between the container's previous run ending and its current one starting (1 s resolution)."""
     [cs] = [c for c in pod["status"]["containerStatuses"] if c["name"] == container]
     return _stamp(cs["state"]["running"]["startedAt"]) - _stamp(cs["lastState"]["terminated"]["finishedAt"])
-
-
-def _new_revision(name: str, seen: tuple[str, ...]) -> str | None:
-    """The StatefulSet's update revision once it differs from its current one and from `seen`."""
-    st = json.loads(kubectl("get", "sts", name, "-o", "json")).get("status") or {}
-    rev = st.get("updateRevision")
-    return str(rev) if rev and rev != st.get("currentRevision") and rev not in seen else None
 
 
 def _sts_pods(app: str) -> list[dict[str, Any]]:
@@ -86,7 +79,7 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
     t0 = time.monotonic()
     kubectl("patch", "statefulset", "web", "--type", "json", "-p", json.dumps(
         [{"op": "replace", "path": "/spec/template/spec/containers/1/image", "value": second}]))
-    update = wait_for("the update revision", lambda: _new_revision("web", ()), 30)
+    update = wait_for("the update revision", lambda: new_revision("web", ()), 30)
 
     def updated() -> bool:  # (the two tags name one image: the status may report either name)
         pods = _sts_pods("web")
@@ -123,7 +116,7 @@ def test_a_statefulset_sidecar_image_update_restarts_only_that_container(agent: 
     t1 = time.monotonic()
     kubectl("patch", "statefulset", "web", "--type", "json", "-p", json.dumps(
         [{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [{"name": "MODE", "value": "fast"}]}]))
-    update2 = wait_for("the next update revision", lambda: _new_revision("web", (update,)), 30)
+    update2 = wait_for("the next update revision", lambda: new_revision("web", (update,)), 30)
     wait_for("both pods recreated and Ready", lambda: all(p["metadata"]["labels"].get("controller-revision-hash") == update2 and ready(p)
                                                           for p in _sts_pods("web")) and len(_sts_pods("web")) == 2, 240)
     recreate_s = time.monotonic() - t1

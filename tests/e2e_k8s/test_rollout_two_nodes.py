@@ -23,9 +23,11 @@ import pytest
 from bench import provenance
 from tests.e2e_k8s.nodes import IMAGE, NODES, NodeAgent, kubectl, needs_cluster, wait_for
 from tests.e2e_k8s.watching import (
+    GATE,
     PodWatch,
     api_requests,
     daemonset_unavailable,
+    new_revision,
     ready,
     statefulset_unavailable,
 )
@@ -35,7 +37,6 @@ NS = "rollout2"
 STS, DS = "ring", "beacon"
 REPLICAS = 4
 SECOND = IMAGE.rsplit(":", 1)[0] + ":2"  # cluster.sh imports both tags on both nodes
-GATE = "kube-cgroup-agent.io/InPlaceUpdateReady"
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +71,6 @@ def _pods(app: str) -> list[dict[str, Any]]:
 def _sts_status() -> dict[str, Any]:
     got: dict[str, Any] = json.loads(kubectl("get", "sts", STS, "-n", NS, "-o", "json"))
     return got
-
-
-def _new_revision(seen: tuple[str, ...]) -> str | None:
-    st = _sts_status().get("status") or {}
-    rev = st.get("updateRevision")
-    return str(rev) if rev and rev != st.get("currentRevision") and rev not in seen else None
 
 
 def _at(revision: str) -> list[str]:
@@ -115,7 +110,7 @@ def test_a_statefulset_on_both_nodes_rolls_out_in_order_within_the_cluster_wide_
     with PodWatch(NS, f"app={STS}", statefulset_unavailable(STS, REPLICAS)) as w:
         r0, t0 = api_requests(), time.monotonic()
         _patch_sts([{"op": "replace", "path": "/spec/template/spec/containers/1/image", "value": SECOND}])
-        new = wait_for("the update revision", lambda: _new_revision(()), 30)
+        new = wait_for("the update revision", lambda: new_revision(STS, (), NS), 30)
         wait_for("ordinals 3 and 2 updated in place and Ready", lambda: sorted(_at(new)) == [f"{STS}-2", f"{STS}-3"], 300, 1)
         time.sleep(15)  # the partition holds: nothing below it moves
         assert sorted(_at(old)) == [f"{STS}-0", f"{STS}-1"]
@@ -141,7 +136,7 @@ def test_a_statefulset_on_both_nodes_rolls_out_in_order_within_the_cluster_wide_
     with PodWatch(NS, f"app={STS}", statefulset_unavailable(STS, REPLICAS)) as w:
         r1, t1 = api_requests(), time.monotonic()
         _patch_sts([{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [{"name": "MODE", "value": "fast"}]}])
-        newer = wait_for("the next update revision", lambda: _new_revision((new,)), 30)
+        newer = wait_for("the next update revision", lambda: new_revision(STS, (new,), NS), 30)
         wait_for("every pod recreated at the revision and Ready", lambda: len(_at(newer)) == REPLICAS, 600, 1)
         recreate_s = time.monotonic() - t1
         time.sleep(5)

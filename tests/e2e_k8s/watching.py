@@ -5,6 +5,7 @@ revision, the pods deleted, the containers that restarted. Used by the rollout, 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,13 @@ def ready(pod: dict[str, Any]) -> bool:
 
 
 GATE = "kube-cgroup-agent.io/InPlaceUpdateReady"
+
+
+def new_revision(name: str, seen: tuple[str, ...] = (), namespace: str = "default") -> str | None:
+    """The StatefulSet's update revision once it differs from its current one and from `seen`."""
+    st = json.loads(kubectl("get", "sts", name, "-n", namespace, "-o", "json")).get("status") or {}
+    rev = st.get("updateRevision")
+    return str(rev) if rev and rev != st.get("currentRevision") and rev not in seen else None
 
 
 def gate(pod: dict[str, Any]) -> bool | None:
