@@ -144,9 +144,16 @@ def _plan_args(sub: _Commands) -> None:
 
 def _explain_args(sub: _Commands) -> None:
     e = sub.add_parser("explain", help="show how each value of one pod was derived")
-    e.add_argument("pod", metavar="POD", help="namespace/name, name, or UID")
+    e.add_argument("pod", metavar="POD", nargs="?", help="namespace/name, name, or UID (not with --admission)")
     common(e)
     vpa_flag(e)
+    e.add_argument(
+        "--admission",
+        metavar="MANIFEST",
+        help="a pod not created yet (a Pod, or the workload that creates it, with LimitRanges beside it): "
+        "what the VPA admission policy would set, from the VPAs of --vpa",
+    )
+    e.add_argument("--output", "-o", choices=["table", "json"], default="table", help="with --admission")
 
 
 def _apply_args(sub: _Commands) -> None:
@@ -183,6 +190,15 @@ def _rollout_args(sub: _Commands) -> None:
     ros.add_argument("--output", "-o", choices=["table", "json"], default="table")
 
 
+def _vpa_admission_args(sub: _Commands) -> None:
+    k = sub.add_parser("vpa-admission", help="keep the VPA admission policy's parameter objects (one per cluster)")
+    k.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    k.add_argument("--config", help="YAML config file (its vpa.actuate: all covers VPAs without the opt-in)")
+    k.add_argument("--resync-period", default="60s", help="full pass interval, e.g. 60s (default 60s)")
+    k.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
+    k.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+
+
 def _run_args(sub: _Commands) -> None:
     r = sub.add_parser("run", help="the daemon: watch the node's pods and reconcile continuously")
     common(r)
@@ -209,5 +225,6 @@ COMMAND_ARGS: dict[str, Callable[[_Commands], None]] = {
     "check": _check_args,
     "recommend": _recommend_args,
     "rollout": _rollout_args,
+    "vpa-admission": _vpa_admission_args,
     "run": _run_args,
 }

@@ -109,6 +109,14 @@ def explain(args: argparse.Namespace) -> int:
     from agent.commands import render
 
     settings = build_settings(args)
+    if args.admission:
+        if args.pod:
+            raise UsageError("explain takes a POD or --admission MANIFEST, not both")
+        from agent.commands.admission import explain_admission
+
+        return explain_admission(args.admission, args.vpa, args.output, settings.vpa.options())
+    if not args.pod:
+        raise UsageError("explain needs a POD (namespace/name, name or UID), or --admission MANIFEST")
     vpa = _vpa_sources(args, settings)
     result = pipeline.run(settings, sources=vpa)
     wanted = args.pod

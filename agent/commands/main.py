@@ -67,7 +67,29 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
     from agent.config.settings import Settings, load_file
 
     settings = load_file(Path(args.config)) if args.config else Settings()
-    return run(args.target, args.namespace, args.kubeconfig or settings.kubeconfig, settings.rollout, args.output)
+    return run(
+        args.target, args.namespace, args.kubeconfig or settings.kubeconfig, settings.rollout, args.output
+    )
+
+
+def _cmd_vpa_admission(args: argparse.Namespace) -> int:
+    from agent.commands.admission import run_keeper
+    from agent.commands.dryrun import UsageError
+    from agent.config.settings import Settings, load_file
+    from agent.infra.configsection import as_seconds
+
+    settings = load_file(Path(args.config)) if args.config else Settings()
+    try:
+        resync = as_seconds(args.resync_period, "60s", allow_zero=False)
+    except ValueError as err:
+        raise UsageError(f"--resync-period: {err}") from err
+    return run_keeper(
+        args.kubeconfig or settings.kubeconfig,
+        settings.vpa.options(),
+        resync,
+        args.log_format,
+        args.log_level,
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -84,6 +106,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "check": _cmd_check,
     "recommend": _cmd_recommend,
     "rollout": _cmd_rollout,
+    "vpa-admission": _cmd_vpa_admission,
     "run": _cmd_run,
 }
 
@@ -94,7 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # environment still wins (GRPC_VERBOSITY=INFO to debug the transport).
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     words = sys.argv[1:] if argv is None else list(argv)
-    named = words[0] if words and words[0] in COMMAND_ARGS else None  # else the whole parser says what is wrong
+    named = (
+        words[0] if words and words[0] in COMMAND_ARGS else None
+    )  # else the whole parser says what is wrong
     args = parser(named).parse_args(words)
     if argv is None and args.command != "run":  # a command line, not a call from code that owns the process
         yield_memory_to_the_daemon()

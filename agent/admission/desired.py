@@ -1,0 +1,137 @@
+"""Every VPA admission parameter object the cluster should hold, from raw VPAs, workloads and LimitRanges
+(pure: agent.admission.keeper reads and writes; agent.vpa.admission computes one object).
+
+Only VPAs that opt in (annotation kube-cgroup-agent.io/vpa-actuator: node, or `actuateAll`) get one: a
+cluster may run VPA's own admission controller for the others, and one opt-in covers both the node's
+in-place updates and the requests at creation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from agent.pods.sources.limitrange_rules import parse_all
+from agent.vpa.admission import DEFAULT_OPTIONS, admission_params, param_object, rivals_of
+from agent.vpa.model import VPA, VPAParseError
+from agent.vpa.parse import parse_vpa
+from agent.vpa.policy import Options
+
+# targetRef kind -> (API group version, resource, the path to its pod template's spec)
+TARGETS: Final[Mapping[str, tuple[str, str, tuple[str, ...]]]] = {
+    "Deployment": ("apps/v1", "deployments", ("spec", "template", "spec")),
+    "StatefulSet": ("apps/v1", "statefulsets", ("spec", "template", "spec")),
+    "DaemonSet": ("apps/v1", "daemonsets", ("spec", "template", "spec")),
+    "ReplicaSet": ("apps/v1", "replicasets", ("spec", "template", "spec")),
+    "ReplicationController": ("v1", "replicationcontrollers", ("spec", "template", "spec")),
+    "Job": ("batch/v1", "jobs", ("spec", "template", "spec")),
+    "CronJob": ("batch/v1", "cronjobs", ("spec", "jobTemplate", "spec", "template", "spec")),
+}
+_POD_SPEC_KEPT: Final = ("containers", "initContainers", "resources", "overhead")
+_CONTAINER_KEPT: Final = ("name", "resources", "restartPolicy")
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+def template_spec(kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    v: Any = obj
+    for step in TARGETS[kind][2]:
+        v = v.get(step) if isinstance(v, Mapping) else None
+    return v if isinstance(v, Mapping) else None
+
+
+def trimmer(kind: str) -> Any:
+    """What the keeper keeps of a workload: its name and its template's resources (a cluster's
+    ReplicaSets are many; their images, probes and volumes are not needed)."""
+
+    def keep(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        meta = obj.get("metadata") or {}
+        spec = template_spec(kind, obj) or {}
+        kept: dict[str, Any] = {k: spec[k] for k in _POD_SPEC_KEPT if k in spec}
+        for k in ("containers", "initContainers"):
+            kept[k] = [
+                {f: c[f] for f in _CONTAINER_KEPT if f in c}
+                for c in kept.get(k) or ()
+                if isinstance(c, Mapping)
+            ]
+        return {"metadata": {"namespace": meta.get("namespace"), "name": meta.get("name")}, "template": kept}
+
+    return keep
+
+
+@dataclass(frozen=True, slots=True)
+class Desired:
+    """The parameter objects to hold, by (namespace, VPA name); `unknown`: VPAs whose target's kind could
+    not be listed (their objects are left as they are); `problems`: one line per VPA or LimitRange that
+    cannot be read."""
+
+    objects: Mapping[Key, Mapping[str, Any]]
+    unknown: frozenset[Key]
+    problems: tuple[str, ...]
+
+
+def _vpas(raw_vpas: Iterable[Mapping[str, Any]], problems: list[str]) -> list[tuple[VPA, str]]:
+    out = []
+    for raw in raw_vpas:
+        try:
+            vpa = parse_vpa(raw)
+        except VPAParseError as err:
+            problems.append(str(err))
+            continue
+        out.append((vpa, str((raw.get("metadata") or {}).get("uid") or "")))
+    return out
+
+
+def desired(
+    raw_vpas: Iterable[Mapping[str, Any]],
+    workloads: Mapping[str, Mapping[Key, Mapping[str, Any]]],
+    raw_limit_ranges: Iterable[Mapping[str, Any]],
+    opts: Options = DEFAULT_OPTIONS,
+) -> Desired:
+    """`workloads`: the trimmed objects of each target kind that was listed (a kind absent: not known)."""
+    problems: list[str] = []
+    vpas = _vpas(raw_vpas, problems)
+    rivals = rivals_of(v for v, _ in vpas)
+    lr_objects: dict[str, list[Mapping[str, Any]]] = {}
+    for lr in raw_limit_ranges:
+        lr_objects.setdefault(str((lr.get("metadata") or {}).get("namespace") or ""), []).append(lr)
+    for objs in lr_objects.values():
+        objs.sort(key=lambda o: str((o.get("metadata") or {}).get("name") or ""))
+    ranges, lr_problems = parse_all(o for objs in lr_objects.values() for o in objs)
+    problems.extend(lr_problems)
+    objects: dict[Key, Mapping[str, Any]] = {}
+    unknown: set[Key] = set()
+    for vpa, uid in vpas:
+        if not vpa.opted_in and not opts.actuate_all:
+            continue
+        key = (vpa.namespace, vpa.name)
+        spec: Mapping[str, Any] | None = None
+        if vpa.target_kind in TARGETS:
+            listed = workloads.get(vpa.target_kind)
+            if listed is None:
+                unknown.add(key)
+                continue
+            found = listed.get((vpa.namespace, vpa.target_name))
+            spec = found.get("template") if found is not None else None
+        params = admission_params(
+            vpa,
+            uid,
+            spec,
+            lr_objects.get(vpa.namespace, ()),
+            ranges.get(vpa.namespace, ()),
+            rivals.get(vpa.key, ()),
+            opts,
+        )
+        objects[key] = param_object(params)
+    return Desired(objects, frozenset(unknown), tuple(problems))
+
+
+def differs(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    """Whether a held object must be written again (its spec, selecting label or owner changed)."""
+    h_meta, w_meta = have.get("metadata") or {}, want.get("metadata") or {}
+    return bool(
+        have.get("spec") != want.get("spec")
+        or (h_meta.get("labels") or {}) != w_meta.get("labels")
+        or [r.get("uid") for r in h_meta.get("ownerReferences") or ()]
+        != [r["uid"] for r in w_meta["ownerReferences"]]
+    )

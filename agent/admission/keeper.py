@@ -1,0 +1,190 @@
+"""The keeper: watches VPAs, their workloads, LimitRanges and its own parameter objects, and writes what
+agent.admission.desired says the cluster should hold (one Deployment replica, off the pods' critical path:
+when it is down, the policy keeps reading the objects as they last were, as VPA's webhook falls back to
+the recommendation cached in the VPA object).
+
+Nothing is written or deleted before every watch has listed once: an empty first view would otherwise
+delete every object. A write that fails is tried again at the next pass (at the latest after `resync_s`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from agent.admission.desired import TARGETS, Key, desired, differs, trimmer
+from agent.daemon.objects import ObjectCache, Threads
+from agent.infra.apiserver import APIServer, path
+from agent.infra.logging import get_logger
+from agent.infra.metrics import Metrics
+from agent.kube.errors import APIError, APINotFound, wrap
+from agent.kube.trim import without_managed_fields
+from agent.vpa.admission import GROUP, PARAMS_LABEL, PLURAL, VERSION
+from agent.vpa.policy import Options
+
+log = get_logger("agent.admission.keeper")
+
+FIELD_MANAGER: Final = "kube-cgroup-agent-vpa-admission"
+APPLY_PATCH: Final = "application/apply-patch+yaml"
+PARAMS_VERSION: Final = f"{GROUP}/{VERSION}"
+
+
+class _Listed(ObjectCache):
+    """An object cache that remembers whether its first list has answered."""
+
+    def __init__(
+        self,
+        changed: Callable[[], None],
+        keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = without_managed_fields,
+    ) -> None:
+        super().__init__(changed, keep)
+        self.listed = threading.Event()
+
+    def snapshot(self, objs: list[Mapping[str, Any]]) -> None:
+        self.listed.set()
+        super().snapshot(objs)
+
+
+class Keeper:
+    def __init__(
+        self, api: APIServer, metrics: Metrics, opts: Options, resync_s: float = 60.0, settle_s: float = 0.5
+    ) -> None:
+        self.api = api
+        self.metrics = metrics
+        self.opts = opts
+        self.resync_s = resync_s
+        self.settle_s = settle_s
+        self.dirty = threading.Event()
+        self.vpas = _Listed(self.dirty.set)
+        self.limit_ranges = _Listed(self.dirty.set)
+        self.params = _Listed(self.dirty.set)
+        self.workloads = {kind: _Listed(self.dirty.set, trimmer(kind)) for kind in TARGETS}
+        self.threads = Threads(metrics)
+        self._problems: set[str] = set()
+        self.passes = 0
+
+    def start(self, stop: threading.Event) -> None:
+        watches: list[tuple[str, Any, str, ObjectCache, str | None]] = [
+            (
+                "vpas",
+                path("autoscaling.k8s.io/v1", "verticalpodautoscalers"),
+                "VerticalPodAutoscalers",
+                self.vpas,
+                None,
+            ),
+            ("limitranges", path("v1", "limitranges"), "LimitRanges", self.limit_ranges, None),
+            ("params", path(PARAMS_VERSION, PLURAL), "VPAAdmissionParams", self.params, None),
+        ]
+        watches += [
+            (kind.lower(), path(api_version, resource), resource, self.workloads[kind], None)
+            for kind, (api_version, resource, _) in TARGETS.items()
+        ]
+        loops = [(name, self._watch(p, noun, cache)) for name, p, noun, cache, _ in watches]
+        self.threads.start([*loops, ("keeper", self._loop)], stop)
+
+    def _watch(self, resource_path: str, noun: str, cache: ObjectCache) -> Any:
+        def loop(stop: threading.Event) -> None:
+            self.threads.watch(self.api.lister(resource_path), noun, cache, stop)
+
+        return loop
+
+    def join(self, timeout_s: float) -> None:
+        self.threads.join(timeout_s, self.dirty)
+
+    def ready(self) -> bool:
+        """Every watch the objects depend on has listed once (the workload kinds: at least tried)."""
+        return self.vpas.listed.is_set() and self.limit_ranges.listed.is_set() and self.params.listed.is_set()
+
+    def _loop(self, stop: threading.Event) -> None:
+        waiting_said = False
+        while not stop.is_set():
+            self.dirty.wait(self.resync_s)
+            if stop.is_set():
+                return
+            stop.wait(self.settle_s)  # let a burst of events land in one pass
+            self.dirty.clear()
+            if not self.ready():
+                if not waiting_said:
+                    log.info(
+                        "keeper.waiting",
+                        message="nothing is written until VPAs, LimitRanges and the parameters are listed",
+                    )
+                    waiting_said = True
+                self.dirty.set()
+                stop.wait(1.0)
+                continue
+            if not self.reconcile():
+                self.dirty.set()  # a write failed: again after a pause
+                stop.wait(min(self.resync_s, 5.0))
+
+    def reconcile(self) -> bool:
+        """One pass; False when a write failed."""
+        workloads = {
+            kind: {
+                (str(o["metadata"].get("namespace") or ""), str(o["metadata"].get("name") or "")): o
+                for o in c.values()
+            }
+            for kind, c in self.workloads.items()
+            if c.listed.is_set()
+        }
+        want = desired(self.vpas.values(), workloads, self.limit_ranges.values(), self.opts)
+        for problem in want.problems:
+            if problem not in self._problems:
+                self._problems.add(problem)
+                log.warning("keeper.unreadable", message=problem)
+        have: dict[Key, Mapping[str, Any]] = {}
+        for obj in self.params.values():
+            meta = obj.get("metadata") or {}
+            if (meta.get("labels") or {}).get(PARAMS_LABEL) == "true":
+                have[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = obj
+        ok = True
+        for key, obj in sorted(want.objects.items()):
+            if key not in have or differs(have[key], obj):
+                ok = self._apply(key, obj) and ok
+        for key in sorted(set(have) - set(want.objects) - want.unknown):
+            ok = self._delete(key) and ok
+        self.passes += 1
+        return ok
+
+    def _apply(self, key: Key, obj: Mapping[str, Any]) -> bool:
+        ns, name = key
+        try:
+            resp = self.api.request(
+                "PATCH",
+                path(PARAMS_VERSION, PLURAL, ns, name),
+                query={"fieldManager": FIELD_MANAGER, "force": "true"},
+                body=json.dumps(obj),
+                content_type=APPLY_PATCH,
+                timeout=(10, 30),
+            )
+            resp.release_conn()
+        except Exception as err:  # every transport and API error: logged, tried again
+            e = err if isinstance(err, APIError) else wrap(f"apply VPAAdmissionParams {ns}/{name}", err)
+            self.metrics.errors.labels(type(e).__name__).inc()
+            log.warning("keeper.apply_failed", namespace=ns, vpa=name, error=str(e))
+            return False
+        spec = obj.get("spec") or {}
+        log.info(
+            "keeper.applied",
+            namespace=ns,
+            vpa=name,
+            skipped=spec.get("skipped") or None,
+            containers=[c["name"] for c in spec.get("containers") or () if c["to"]["requests"]],
+        )
+        return True
+
+    def _delete(self, key: Key) -> bool:
+        ns, name = key
+        try:
+            self.api.delete(path(PARAMS_VERSION, PLURAL, ns, name), timeout=(10, 30))
+        except Exception as err:
+            e = err if isinstance(err, APIError) else wrap(f"delete VPAAdmissionParams {ns}/{name}", err)
+            if isinstance(e, APINotFound):
+                return True
+            self.metrics.errors.labels(type(e).__name__).inc()
+            log.warning("keeper.delete_failed", namespace=ns, vpa=name, error=str(e))
+            return False
+        log.info("keeper.deleted", namespace=ns, vpa=name)
+        return True

@@ -1,0 +1,459 @@
+"""What the MutatingAdmissionPolicy of deploy/vpa-admission sets on a new pod of a VPA's target (pure).
+
+The policy's CEL copies values; this module computes them, with the node's own rules (agent.vpa.policy),
+into one parameter object per VPA (`VPAAdmissionParams`) that agent.admission keeps up to date:
+
+- `from`: each container's requests and limits as the pod reaches the policy, its template after the
+  API server's defaulting (a request defaults to its limit, SetDefaults_Pod) and the LimitRanger's
+  (each Container item's `default` and `defaultRequest`, which run before any mutating policy);
+- `to`: what VPA's admission controller sets (admission-controller/resource/pod/recommendation):
+  the target capped first to the namespace's Container LimitRange (capping.go applyContainerLimitRange,
+  proportionally to the container's limit/request: GetBoundaryRequest), then to the container policy's
+  minAllowed/maxAllowed, then with RequestsOnly to the container's limit; limits proportional
+  (GetProportionalLimit) under RequestsAndLimits. Only `spec.containers`, as VPA: init containers and
+  sidecars are never changed. A container whose policy is Off, or without a recommendation, is left as
+  it is; updateMode Off or no recommendation sets nothing;
+- `skipped`: why nothing is set for this VPA's pods. Beyond VPA, so that a pod is never refused because of
+  the policy: a result the API server would refuse (a request above its limit, a LimitRange bound left
+  broken after the capping — a Pod-scope LimitRange, which VPA caps with a further step not done here)
+  sets nothing, and two VPAs for one workload set nothing (VPA's admission controller picks one).
+
+The policy applies `to` only when the pod's containers are exactly `from` (names, order, every
+resource): a pod of another template revision (an old ReplicaSet, a StatefulSet partition) is left as
+it is, and the node agent resizes it later if its VPA lets it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from agent.core.model import EMPTY, ContainerKind, ContainerView, PodView, Resources
+from agent.pods import quantity
+from agent.pods.parse import PodParseError, parse_pod
+from agent.pods.sources.limitrange_rules import LimitRange, check_pod
+from agent.vpa.model import VPA, ControlledValues, UpdateMode
+from agent.vpa.policy import ContainerTarget, Options, container_target
+
+GROUP: Final = "kube-cgroup-agent.io"
+VERSION: Final = "v1alpha1"
+KIND: Final = "VPAAdmissionParams"
+PLURAL: Final = "vpaadmissionparams"
+PARAMS_LABEL: Final = f"{GROUP}/vpa-admission"  # on every parameter object: the binding selects by it
+UPDATES_ANNOTATION: Final = "vpaUpdates"  # VPA's admission controller's own annotations
+OBSERVED_ANNOTATION: Final = "vpaObservedContainers"
+TEMPLATE_UID: Final = "00000000-0000-4000-8000-000000000000"  # a template has no UID; parse_pod wants one
+
+DEFAULT_OPTIONS: Final = Options()
+
+RawList = Mapping[str, str]  # a ResourceList as the API writes it: resource name -> quantity text
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """How the policy knows a new pod of the VPA's target from the pod's controller reference alone.
+    `via`: "" the controller is the target itself; "Deployment": a ReplicaSet named
+    <name>-<the pod's pod-template-hash label>; "CronJob": a Job named <name>-<digits>."""
+
+    kind: str
+    name: str
+    via: str = ""
+
+
+# targetRef kinds the policy covers (what a pod's controller reference says at creation)
+_OWNERS: Final = {
+    "Deployment": ("ReplicaSet", "Deployment"),
+    "StatefulSet": ("StatefulSet", ""),
+    "DaemonSet": ("DaemonSet", ""),
+    "ReplicaSet": ("ReplicaSet", ""),
+    "ReplicationController": ("ReplicationController", ""),
+    "Job": ("Job", ""),
+    "CronJob": ("Job", "CronJob"),
+}
+
+
+def owner_for(kind: str, name: str) -> Owner | None:
+    """None for a target the policy cannot recognise from a pod (a custom workload resource)."""
+    found = _OWNERS.get(kind)
+    return Owner(found[0], name, found[1]) if found is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ParamContainer:
+    name: str
+    from_requests: RawList
+    from_limits: RawList
+    to_requests: RawList = field(default_factory=dict)
+    to_limits: RawList = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionParams:
+    """One VPA's parameter object: empty `containers` with `skipped` saying why nothing is set."""
+
+    namespace: str
+    vpa: str
+    vpa_uid: str
+    owner: Owner | None
+    containers: tuple[ParamContainer, ...] = ()
+    updates: str = ""
+    observed: str = ""
+    skipped: str = ""
+
+    @property
+    def sets(self) -> bool:
+        return not self.skipped and any(c.to_requests or c.to_limits for c in self.containers)
+
+
+# ---- the pod as the policy sees it ------------------------------------------------------------------
+
+
+def _raw_list(v: object) -> dict[str, str]:
+    return {str(k): str(q) for k, q in v.items()} if isinstance(v, Mapping) else {}
+
+
+def _container_defaults(limit_ranges: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    """(default limits, default requests) of the namespace's Container items, the first LimitRange
+    naming a resource winning (LimitRanger fills a value only where none is set yet)."""
+    limits: dict[str, str] = {}
+    requests: dict[str, str] = {}
+    for lr in limit_ranges:
+        spec = lr.get("spec")
+        for item in spec.get("limits") or () if isinstance(spec, Mapping) else ():
+            if not isinstance(item, Mapping) or item.get("type") != "Container":
+                continue
+            for target, key in ((limits, "default"), (requests, "defaultRequest")):
+                for res, q in _raw_list(item.get(key)).items():
+                    target.setdefault(res, q)
+    return limits, requests
+
+
+def admitted_containers(
+    template_spec: Mapping[str, Any], limit_ranges: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The template's containers as the admission chain hands them to mutating policies: a request
+    defaults to its limit (SetDefaults_Pod), then LimitRanger's defaults fill what is still missing."""
+    default_limits, default_requests = _container_defaults(limit_ranges)
+    out = []
+    for c in template_spec.get("containers") or ():
+        if not isinstance(c, Mapping):
+            continue
+        found = c.get("resources")
+        res: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        limits = _raw_list(res.get("limits"))
+        requests = _raw_list(res.get("requests"))
+        for r, q in limits.items():
+            requests.setdefault(r, q)
+        for r, q in default_limits.items():
+            limits.setdefault(r, q)
+        for r, q in default_requests.items():
+            requests.setdefault(r, q)
+        resources = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+        out.append({**c, "resources": resources})
+    return out
+
+
+def template_pod(
+    namespace: str, template_spec: Mapping[str, Any], limit_ranges: Sequence[Mapping[str, Any]]
+) -> PodView:
+    """The pod a template makes, as the policy sees it (raises PodParseError for a template the API
+    server would refuse as a pod)."""
+    spec = {**template_spec, "containers": admitted_containers(template_spec, limit_ranges)}
+    raw = {
+        "kind": "Pod",
+        "metadata": {"name": "template", "namespace": namespace, "uid": TEMPLATE_UID},
+        "spec": spec,
+    }
+    return parse_pod(raw, ())
+
+
+# ---- LimitRange capping, as VPA's admission controller caps ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerBounds:
+    """The namespace's Container LimitRange items merged as VPA's LimitRangeCalculator merges them: the
+    lowest max, the highest min, the last default; in millicores and bytes."""
+
+    min: Resources = EMPTY
+    max: Resources = EMPTY
+    default: Resources = EMPTY
+
+
+def _lower(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _higher(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _cpu_mem(v: object, where: str) -> Resources:
+    raw = _raw_list(v)
+    cpu = quantity.to_milli(raw["cpu"], f"{where}.cpu") if "cpu" in raw else None
+    mem = quantity.to_int(raw["memory"], f"{where}.memory") if "memory" in raw else None
+    return Resources(cpu, mem)
+
+
+def container_bounds(limit_ranges: Sequence[Mapping[str, Any]]) -> ContainerBounds | None:
+    """None when no Container item has a min, max or default (VPA then caps nothing)."""
+    lo, hi, default = EMPTY, EMPTY, EMPTY
+    found = False
+    for lr in limit_ranges:
+        spec = lr.get("spec")
+        for i, item in enumerate(spec.get("limits") or () if isinstance(spec, Mapping) else ()):
+            if not isinstance(item, Mapping) or item.get("type") != "Container":
+                continue
+            if not any(item.get(k) is not None for k in ("min", "max", "default")):
+                continue
+            found = True
+            where = f"LimitRange {(lr.get('metadata') or {}).get('name')} spec.limits[{i}]"
+            if item.get("default") is not None:
+                default = _cpu_mem(item.get("default"), f"{where}.default")
+            mn, mx = _cpu_mem(item.get("min"), f"{where}.min"), _cpu_mem(item.get("max"), f"{where}.max")
+            lo = Resources(_higher(lo.cpu_milli, mn.cpu_milli), _higher(lo.memory, mn.memory))
+            hi = Resources(_lower(hi.cpu_milli, mx.cpu_milli), _lower(hi.memory, mx.memory))
+    return ContainerBounds(lo, hi, default) if found else None
+
+
+def _boundary(request: int | None, limit: int | None, bound: int | None, default: int | None) -> int | None:
+    """GetBoundaryRequest: the request whose proportional limit is `bound` (None or 0: no bound)."""
+    if not limit:
+        limit = default
+    if not limit or not bound:
+        return None
+    if not request:
+        return bound
+    return request * bound // limit
+
+
+def _cap(v: int | None, lo: int | None, hi: int | None) -> int | None:
+    if v is None:
+        return None
+    if lo and v < lo:
+        v = lo
+    if hi and v > hi:
+        v = hi
+    return v
+
+
+def limit_range_capped(target: Resources, c: ContainerView, bounds: ContainerBounds | None) -> Resources:
+    """applyContainerLimitRange: the target raised to the minimum and lowered to the maximum the
+    LimitRange allows for this container's limit/request ratio (min first, then max)."""
+    if bounds is None:
+        return target
+    out = {}
+    for res, value, req, lim, mn, mx, dflt in (
+        (
+            "cpu",
+            target.cpu_milli,
+            c.requests.cpu_milli,
+            c.limits.cpu_milli,
+            bounds.min.cpu_milli,
+            bounds.max.cpu_milli,
+            bounds.default.cpu_milli,
+        ),
+        (
+            "memory",
+            target.memory,
+            c.requests.memory,
+            c.limits.memory,
+            bounds.min.memory,
+            bounds.max.memory,
+            bounds.default.memory,
+        ),
+    ):
+        lo = _higher(_boundary(req, lim, mn, dflt), mn)
+        hi = _boundary(req, lim, mx, dflt)
+        out[res] = _cap(value, lo, hi)
+    return replace(target, cpu_milli=out["cpu"], memory=out["memory"])
+
+
+# ---- one VPA's parameter object ---------------------------------------------------------------------
+
+
+def _to_lists(
+    t: ContainerTarget, c: ContainerView, vpa: VPA
+) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """(requests, limits, what the annotation names) VPA's admission controller writes for one container:
+    every controlled resource the recommendation has, and the limits it scales."""
+    policy = vpa.policy_for(c.name)
+    controlled = policy.controlled if policy is not None else frozenset({"cpu", "memory"})
+    scales_limits = policy is None or policy.values is ControlledValues.REQUESTS_AND_LIMITS
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    for res, req, lim in (
+        ("cpu", t.requests.cpu_milli, t.limits.cpu_milli),
+        ("memory", t.requests.memory, t.limits.memory),
+    ):
+        if res not in controlled or req is None:
+            continue
+        requests[res] = f"{req}m" if res == "cpu" else str(req)
+        if scales_limits and lim is not None:
+            limits[res] = f"{lim}m" if res == "cpu" else str(lim)
+    said = [f"{r} request" for r in requests] + [f"{r} limit" for r in limits]
+    return requests, limits, said
+
+
+def _valid(pod: PodView, targets: Mapping[str, ContainerTarget], ranges: Sequence[LimitRange]) -> str:
+    """Why the API server would refuse the pod with `targets` set when it admits it without them ("" when
+    the targets break nothing the template did not already break)."""
+    containers = []
+    for c in pod.containers:
+        t = targets.get(c.name)
+        if t is not None:
+            for res, req, lim in (
+                ("cpu", t.requests.cpu_milli, t.limits.cpu_milli),
+                ("memory", t.requests.memory, t.limits.memory),
+            ):
+                if req is not None and lim is not None and req > lim:
+                    return f"container {c.name}: the {res} request {req} would be above its limit {lim}"
+            c = replace(c, requests=t.requests, limits=t.limits)
+        containers.append(c)
+    before = {v.message for v in check_pod(pod, ranges)}
+    broken = [
+        v.message
+        for v in check_pod(replace(pod, containers=tuple(containers)), ranges)
+        if v.message not in before
+    ]
+    return broken[0] if broken else ""
+
+
+def _skip(vpa: VPA, uid: str, owner: Owner | None, why: str) -> AdmissionParams:
+    return AdmissionParams(vpa.namespace, vpa.name, uid, owner, skipped=why)
+
+
+def admission_params(
+    vpa: VPA,
+    uid: str,
+    template_spec: Mapping[str, Any] | None,
+    limit_ranges: Sequence[Mapping[str, Any]],
+    ranges: Sequence[LimitRange],
+    rivals: Sequence[str] = (),
+    opts: Options = DEFAULT_OPTIONS,
+) -> AdmissionParams:
+    """The parameter object for one VPA. `template_spec`: its target's pod template spec (None: the target
+    is not found); `limit_ranges`: the namespace's LimitRange objects, `ranges` the same parsed for the
+    final check; `rivals`: the other VPAs of the same target."""
+    owner = owner_for(vpa.target_kind, vpa.target_name)
+    target = f"{vpa.target_kind}/{vpa.target_name}"
+    if owner is None:
+        return _skip(
+            vpa,
+            uid,
+            None,
+            f"a {vpa.target_kind} target: a new pod's controller reference cannot tell its pods",
+        )
+    if not vpa.opted_in and not opts.actuate_all:
+        return _skip(
+            vpa, uid, owner, "the VPA does not opt in (annotation kube-cgroup-agent.io/vpa-actuator: node)"
+        )
+    if rivals:
+        return _skip(
+            vpa,
+            uid,
+            owner,
+            f"{len(rivals) + 1} VPAs target {target} ({', '.join(sorted([vpa.key, *rivals]))})",
+        )
+    if vpa.mode is UpdateMode.OFF:
+        return _skip(vpa, uid, owner, "updateMode Off")
+    if not vpa.recommendations:
+        return _skip(vpa, uid, owner, "the VPA has no recommendation yet")
+    if template_spec is None:
+        return _skip(vpa, uid, owner, f"{target} is not found")
+    try:
+        pod = template_pod(vpa.namespace, template_spec, limit_ranges)
+        bounds = container_bounds(limit_ranges)
+    except (PodParseError, quantity.QuantityError) as err:
+        return _skip(vpa, uid, owner, f"{target}'s pod template: {err}")
+    if pod.pod_requests is not None or pod.pod_limits is not None:
+        return _skip(
+            vpa, uid, owner, "the pod template has pod-level resources, which VPA does not support yet"
+        )
+    raw = admitted_containers(template_spec, limit_ranges)
+    targets: dict[str, ContainerTarget] = {}
+    containers: list[ParamContainer] = []
+    updates: list[str] = []
+    for i, (c, rc) in enumerate(
+        zip((c for c in pod.containers if c.kind is ContainerKind.REGULAR), raw, strict=True)
+    ):
+        res = rc["resources"]
+        entry = ParamContainer(c.name, res.get("requests", {}), res.get("limits", {}))
+        rec = vpa.recommendation_for(c.name)
+        t = None
+        if rec is not None:
+            t = container_target(
+                c, replace(rec, target=limit_range_capped(rec.target, c, bounds)), vpa.policy_for(c.name)
+            )
+        if t is not None:
+            requests, limits, said = _to_lists(t, c, vpa)
+            if said:
+                targets[c.name] = t
+                entry = replace(entry, to_requests=requests, to_limits=limits)
+                updates.append(f"container {i}: " + ", ".join(said))
+        containers.append(entry)
+    if not updates:
+        return _skip(vpa, uid, owner, "no container of the template has a recommendation to set")
+    why = _valid(pod, targets, ranges)
+    if why:
+        return _skip(
+            vpa, uid, owner, f"the API server would refuse the result ({why}): the pod is left as it is"
+        )
+    return AdmissionParams(
+        vpa.namespace,
+        vpa.name,
+        uid,
+        owner,
+        tuple(containers),
+        f"Pod resources updated by {vpa.name}: " + "; ".join(updates),
+        ", ".join(c.name for c in containers),
+    )
+
+
+def rivals_of(vpas: Iterable[VPA]) -> dict[str, tuple[str, ...]]:
+    """For each VPA (by key), the other VPAs of its namespace with the same target."""
+    by_target: dict[tuple[str, str, str], list[str]] = {}
+    for v in vpas:
+        by_target.setdefault((v.namespace, v.target_kind, v.target_name), []).append(v.key)
+    return {k: tuple(o for o in keys if o != k) for keys in by_target.values() for k in keys}
+
+
+def param_object(p: AdmissionParams) -> dict[str, Any]:
+    """The parameter object as the API stores it (named after its VPA, owned by it: deleting the VPA,
+    or its CRD, deletes it)."""
+    owner = {"kind": p.owner.kind, "name": p.owner.name, "via": p.owner.via} if p.owner is not None else None
+    spec: dict[str, Any] = {
+        "vpa": p.vpa,
+        "skipped": p.skipped,
+        "containers": [
+            {
+                "name": c.name,
+                "from": {"requests": dict(c.from_requests), "limits": dict(c.from_limits)},
+                "to": {"requests": dict(c.to_requests), "limits": dict(c.to_limits)},
+            }
+            for c in p.containers
+        ],
+        "updates": p.updates,
+        "observed": p.observed,
+    }
+    if owner is not None:
+        spec["owner"] = owner
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": p.vpa,
+            "namespace": p.namespace,
+            "labels": {PARAMS_LABEL: "true"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "autoscaling.k8s.io/v1",
+                    "kind": "VerticalPodAutoscaler",
+                    "name": p.vpa,
+                    "uid": p.vpa_uid,
+                }
+            ],
+        },
+        "spec": spec,
+    }
