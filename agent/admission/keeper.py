@@ -3,8 +3,9 @@ agent.admission.desired says the cluster should hold (one Deployment replica, of
 when it is down, the policy keeps reading the objects as they last were, as VPA's webhook falls back to
 the recommendation cached in the VPA object).
 
-Nothing is written or deleted before every watch has listed once: an empty first view would otherwise
-delete every object. A write that fails is tried again at the next pass (at the latest after `resync_s`).
+Nothing is written or deleted while the VPAs, the LimitRanges or the parameters are not known as they are
+now (before the first list: an empty view would delete every object; a watch failing: a VPA deleted
+meanwhile would be written again); a workload kind not known now leaves its VPAs' objects as they are. A write that fails is tried again at the next pass (at the latest after `resync_s`).
 """
 
 from __future__ import annotations
@@ -32,19 +33,34 @@ PARAMS_VERSION: Final = f"{GROUP}/{VERSION}"
 
 
 class _Listed(ObjectCache):
-    """An object cache that remembers whether its first list has answered."""
+    """An object cache that knows whether it can be trusted: its first list has answered and its watch is
+    not behind (a watch that fails before it delivers anything, as when the VPA CRD is removed, leaves the
+    cache holding objects that may be gone)."""
 
     def __init__(
         self,
+        noun: str,
         changed: Callable[[], None],
         keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = without_managed_fields,
     ) -> None:
         super().__init__(changed, keep)
+        self.noun = noun
         self.listed = threading.Event()
+        self.behind_since: str | None = None  # why the watch is behind, None when it is current
+
+    @property
+    def current(self) -> bool:
+        return self.listed.is_set() and self.behind_since is None
 
     def snapshot(self, objs: list[Mapping[str, Any]]) -> None:
         self.listed.set()
+        self.behind_since = None
         super().snapshot(objs)
+
+    def behind(self, reason: str | None) -> None:
+        was, self.behind_since = self.behind_since, reason
+        if reason is None and was is not None:
+            self.changed()
 
 
 class Keeper:
@@ -57,31 +73,25 @@ class Keeper:
         self.resync_s = resync_s
         self.settle_s = settle_s
         self.dirty = threading.Event()
-        self.vpas = _Listed(self.dirty.set)
-        self.limit_ranges = _Listed(self.dirty.set)
-        self.params = _Listed(self.dirty.set)
-        self.workloads = {kind: _Listed(self.dirty.set, trimmer(kind)) for kind in TARGETS}
+        self.vpas = _Listed("VerticalPodAutoscalers", self.dirty.set)
+        self.limit_ranges = _Listed("LimitRanges", self.dirty.set)
+        self.params = _Listed("VPAAdmissionParams", self.dirty.set)
+        self.workloads = {kind: _Listed(TARGETS[kind][1], self.dirty.set, trimmer(kind)) for kind in TARGETS}
         self.threads = Threads(metrics)
         self._problems: set[str] = set()
         self.passes = 0
 
     def start(self, stop: threading.Event) -> None:
-        watches: list[tuple[str, Any, str, ObjectCache, str | None]] = [
-            (
-                "vpas",
-                path("autoscaling.k8s.io/v1", "verticalpodautoscalers"),
-                "VerticalPodAutoscalers",
-                self.vpas,
-                None,
-            ),
-            ("limitranges", path("v1", "limitranges"), "LimitRanges", self.limit_ranges, None),
-            ("params", path(PARAMS_VERSION, PLURAL), "VPAAdmissionParams", self.params, None),
+        watches: list[tuple[str, _Listed]] = [
+            (path("autoscaling.k8s.io/v1", "verticalpodautoscalers"), self.vpas),
+            (path("v1", "limitranges"), self.limit_ranges),
+            (path(PARAMS_VERSION, PLURAL), self.params),
         ]
         watches += [
-            (kind.lower(), path(api_version, resource), resource, self.workloads[kind], None)
+            (path(api_version, resource), self.workloads[kind])
             for kind, (api_version, resource, _) in TARGETS.items()
         ]
-        loops = [(name, self._watch(p, noun, cache)) for name, p, noun, cache, _ in watches]
+        loops = [(cache.noun, self._watch(p, cache.noun, cache)) for p, cache in watches]
         self.threads.start([*loops, ("keeper", self._loop)], stop)
 
     def _watch(self, resource_path: str, noun: str, cache: ObjectCache) -> Any:
@@ -94,8 +104,8 @@ class Keeper:
         self.threads.join(timeout_s, self.dirty)
 
     def ready(self) -> bool:
-        """Every watch the objects depend on has listed once (the workload kinds: at least tried)."""
-        return self.vpas.listed.is_set() and self.limit_ranges.listed.is_set() and self.params.listed.is_set()
+        """The VPAs, the LimitRanges and the parameters are known as they are now."""
+        return self.vpas.current and self.limit_ranges.current and self.params.current
 
     def _loop(self, stop: threading.Event) -> None:
         waiting_said = False
@@ -107,14 +117,21 @@ class Keeper:
             self.dirty.clear()
             if not self.ready():
                 if not waiting_said:
+                    behind = {
+                        c.noun: c.behind_since or "not listed yet"
+                        for c in (self.vpas, self.limit_ranges, self.params)
+                        if not c.current
+                    }
                     log.info(
                         "keeper.waiting",
-                        message="nothing is written until VPAs, LimitRanges and the parameters are listed",
+                        behind=behind,
+                        message="nothing is written until these are known as they are now",
                     )
                     waiting_said = True
                 self.dirty.set()
                 stop.wait(1.0)
                 continue
+            waiting_said = False
             if not self.reconcile():
                 self.dirty.set()  # a write failed: again after a pause
                 stop.wait(min(self.resync_s, 5.0))
@@ -127,7 +144,7 @@ class Keeper:
                 for o in c.values()
             }
             for kind, c in self.workloads.items()
-            if c.listed.is_set()
+            if c.current
         }
         want = desired(self.vpas.values(), workloads, self.limit_ranges.values(), self.opts)
         for problem in want.problems:

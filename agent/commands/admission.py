@@ -130,6 +130,7 @@ def _render(pod_name: str, decisions: Sequence[AdmissionParams], wanted: list[tu
             ):
                 for res, value in after.items():
                     lines.append(f"  {c.name} {kind}.{res}: {before.get(res, '-')} -> {value}")
+            lines.extend(f"  {c.name}: {note}" for note in c.notes)
         lines.append(f"  annotation vpaUpdates: {d.updates}")
         lines.append(f"  annotation vpaObservedContainers: {d.observed}")
     return "\n".join(lines)
@@ -177,7 +178,9 @@ def run_keeper(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    keeper = Keeper(APIServer(api_client(kubeconfig)), Metrics(), opts, resync_s)
+    keeper = Keeper(
+        APIServer(api_client(kubeconfig, connections=16)), Metrics(), opts, resync_s
+    )  # ten watches, the writes
     log.info("keeper.start", actuate_all=opts.actuate_all, resync_s=resync_s)
     keeper.start(stop)
     stop.wait()

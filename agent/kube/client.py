@@ -15,8 +15,9 @@ class KubeConfigError(AgentError):
     """No usable credentials: not in a cluster and no kubeconfig."""
 
 
-def api_client(kubeconfig: str | None) -> Any:
-    """An ApiClient from `kubeconfig`, else the in-cluster ServiceAccount, else ~/.kube/config."""
+def api_client(kubeconfig: str | None, connections: int | None = None) -> Any:
+    """An ApiClient from `kubeconfig`, else the in-cluster ServiceAccount, else ~/.kube/config;
+    `connections`: the pool's size, when more requests than the default run at once (one per watch)."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
@@ -31,4 +32,6 @@ def api_client(kubeconfig: str | None) -> Any:
                 config.load_kube_config(client_configuration=configuration)
     except (ConfigException, OSError, TypeError, ValueError) as err:
         raise KubeConfigError(f"cannot configure the Kubernetes client: {err}") from err
+    if connections is not None:
+        configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration=configuration)

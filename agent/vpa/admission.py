@@ -33,7 +33,7 @@ from agent.core.model import EMPTY, ContainerKind, ContainerView, PodView, Resou
 from agent.pods import quantity
 from agent.pods.parse import PodParseError, parse_pod
 from agent.pods.sources.limitrange_rules import LimitRange, check_pod
-from agent.vpa.model import VPA, ControlledValues, UpdateMode
+from agent.vpa.model import VPA, ContainerPolicy, ControlledValues, UpdateMode
 from agent.vpa.policy import ContainerTarget, Options, container_target
 
 GROUP: Final = "kube-cgroup-agent.io"
@@ -86,6 +86,7 @@ class ParamContainer:
     from_limits: RawList
     to_requests: RawList = field(default_factory=dict)
     to_limits: RawList = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # how the target was capped, in VPA's words (for `explain`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +321,38 @@ def _valid(pod: PodView, targets: Mapping[str, ContainerTarget], ranges: Sequenc
     return broken[0] if broken else ""
 
 
+def _capping_notes(
+    target: Resources, within: Resources, t: ContainerTarget, policy: ContainerPolicy | None
+) -> tuple[str, ...]:
+    """What moved the request away from the recommendation, as VPA's capping annotations say it."""
+    notes = []
+    for res, rec, lr, final, most in (
+        (
+            "cpu",
+            target.cpu_milli,
+            within.cpu_milli,
+            t.requests.cpu_milli,
+            policy.max_allowed.cpu_milli if policy else None,
+        ),
+        (
+            "memory",
+            target.memory,
+            within.memory,
+            t.requests.memory,
+            policy.max_allowed.memory if policy else None,
+        ),
+    ):
+        if rec is None or lr is None or final is None:
+            continue
+        if lr != rec:
+            notes.append(f"{res} capped to fit {'Max' if lr < rec else 'Min'} in container LimitRange")
+        if final > lr:
+            notes.append(f"{res} capped to minAllowed")
+        elif final < lr:
+            notes.append(f"{res} capped to {'maxAllowed' if final == most else 'container limit'}")
+    return tuple(notes)
+
+
 def _skip(vpa: VPA, uid: str, owner: Owner | None, why: str) -> AdmissionParams:
     return AdmissionParams(vpa.namespace, vpa.name, uid, owner, skipped=why)
 
@@ -381,16 +414,15 @@ def admission_params(
         res = rc["resources"]
         entry = ParamContainer(c.name, res.get("requests", {}), res.get("limits", {}))
         rec = vpa.recommendation_for(c.name)
-        t = None
         if rec is not None:
-            t = container_target(
-                c, replace(rec, target=limit_range_capped(rec.target, c, bounds)), vpa.policy_for(c.name)
-            )
-        if t is not None:
-            requests, limits, said = _to_lists(t, c, vpa)
-            if said:
+            policy = vpa.policy_for(c.name)
+            within = limit_range_capped(rec.target, c, bounds)
+            t = container_target(c, replace(rec, target=within), policy)
+            requests, limits, said = _to_lists(t, c, vpa) if t is not None else ({}, {}, [])
+            if t is not None and said:
                 targets[c.name] = t
-                entry = replace(entry, to_requests=requests, to_limits=limits)
+                notes = _capping_notes(rec.target, within, t, policy)
+                entry = replace(entry, to_requests=requests, to_limits=limits, notes=notes)
                 updates.append(f"container {i}: " + ", ".join(said))
         containers.append(entry)
     if not updates:

@@ -16,6 +16,7 @@ from agent.commands.main import main
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "agent" / "commands" / "samples" / "node"
 CONFIG = str(SAMPLE / "config.yaml")
+ADMISSION = ROOT / "agent" / "commands" / "samples" / "admission"
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -98,6 +99,38 @@ def test_explain_shows_each_derivation() -> None:
     assert "while init container migrate runs: cpu 1050m" in r.stdout
     assert "cpu.shares = MilliCPUToShares(1150m)" in r.stdout
     assert "= 130000 µs" in r.stdout
+
+
+def test_explain_admission_shows_what_the_policy_would_set_and_why() -> None:
+    r = run_cli("explain", "--admission", str(ADMISSION / "deployment.yaml"), "--vpa", str(ADMISSION / "vpa.yaml"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "Deployment shop/web: VPA shop/web sets (a pod whose controller is ReplicaSet web-<pod-template-hash>):"
+    # 400Mi with a 3x limit would pass the LimitRange's 1Gi max: the request is floor(100Mi x 1Gi / 300Mi)
+    assert "  app requests.memory: 100Mi -> 357913941" in lines
+    assert "  app limits.memory: 300Mi -> 1073741823" in lines
+    assert "  app: memory capped to fit Max in container LimitRange" in lines
+    assert "  log-shipper: unchanged (no recommendation, or its policy is Off)" in lines
+    r = run_cli("explain", "--admission", str(ADMISSION / "deployment.yaml"), "--vpa", str(ADMISSION / "vpa.yaml"), "-o", "json")
+    [decision] = json.loads(r.stdout)
+    assert decision["skipped"] == "" and decision["containers"][0]["to"]["requests"] == {"cpu": "250m", "memory": "357913941"}
+    r = run_cli("explain", "--admission", str(ADMISSION / "deployment.yaml"))  # the VPA not given: nothing targets it
+    assert r.returncode == 0 and "no VPA targets Deployment/web" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["explain", "--admission", "/nonexistent.yaml"], "cannot read /nonexistent.yaml"),
+        (["explain", "shop/api", "--admission", str(ADMISSION / "vpa.yaml")], "not both"),
+        (["explain"], "explain needs a POD"),
+        (["explain", "--admission", str(ADMISSION / "vpa.yaml")], "must hold one Pod or one workload"),
+    ],
+)
+def test_explain_admission_bad_input_is_one_clear_line(args: list[str], message: str) -> None:
+    r = run_cli(*args)
+    assert r.returncode == 2
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_explain_unknown_pod_is_one_clear_line() -> None:
@@ -246,9 +279,10 @@ PODS = str(SAMPLE / "pods.yaml")
         ["diff", "--config", CONFIG, "--pods", PODS, "--all", "-o", "json"],
         ["plan", "--config", CONFIG, "--pods", PODS],
         ["explain", "--config", CONFIG, "--pods", PODS, "shop/api"],
+        ["explain", "--admission", str(ADMISSION / "deployment.yaml"), "--vpa", str(ADMISSION / "vpa.yaml")],
         ["--help"],
     ],
-    ids=["diff", "diff-all-json", "plan", "explain", "help"],
+    ids=["diff", "diff-all-json", "plan", "explain", "explain-admission", "help"],
 )
 def test_a_local_command_imports_only_what_it_uses(argv: list[str]) -> None:
     """The import boundary, not a time: each command runs in a fresh interpreter and its sys.modules is read."""
@@ -313,10 +347,12 @@ LINES = [
     ["diff", "--pods", "p.yaml", "--all", "-o", "json", "--cgroupfs", "/x", "--qos-reserved", "memory=50%"],
     ["plan", "--config", "c.yaml", "--vpa", "v.yaml"],
     ["explain", "shop/api", "--node", "n1"],
+    ["explain", "--admission", "d.yaml", "--vpa", "v.yaml", "-o", "json"],
     ["apply", "--create-qos-cgroups", "-o", "json"],
     ["check", "--cgroup-version", "2"],
     ["recommend", "--samples", "-", "--now", "12.5"],
     ["rollout", "status", "statefulset/web", "-n", "shop"],
+    ["vpa-admission", "--resync-period", "30s", "--log-format", "json"],
     ["run", "--observe-only", "--log-level", "debug"],
 ]
 

@@ -76,6 +76,11 @@ def test_the_image_is_set_in_one_place_at_the_project_version() -> None:
     for name in TARGETS:
         images = [c["image"] for o in _rendered(name) if o["kind"] == "DaemonSet" for c in o["spec"]["template"]["spec"]["containers"]]
         assert images == [f"kube-cgroup-agent:{version}"]
+    # the VPA admission component is its own kustomization (left out by older clusters): the same tag
+    admission = yaml.safe_load((DEPLOY / "vpa-admission" / "kustomization.yaml").read_text())
+    assert admission["images"] == kustomization["images"]
+    keeper = [c["image"] for o in _rendered("base") if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]]
+    assert keeper == [f"kube-cgroup-agent:{version}"]
 
 
 @pytest.mark.parametrize(
@@ -120,7 +125,7 @@ def test_kubectl_kustomize_renders_the_same_objects() -> None:
 
 def test_a_rule_edited_into_the_flat_file_is_named_with_where_it_belongs() -> None:
     flat = _rendered("base")
-    [role] = [o for o in flat if o["kind"] == "ClusterRole"]
+    [role] = [o for o in flat if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "kube-cgroup-agent"]
     role["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
     [cm] = [o for o in flat if o["kind"] == "ConfigMap"]
     cm["data"]["config.yaml"] += "workers: 4\n"

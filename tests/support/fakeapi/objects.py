@@ -120,6 +120,15 @@ class ObjectStore:
                 self._gemit(key, "ADDED", body)
                 return 201, copy.deepcopy(body)
             old = store.get((ns, name or ""))
+            applying = method == "PATCH" and ctype.startswith("application/apply-patch")
+            if old is None and applying and isinstance(body, dict):  # server-side apply creates
+                body = copy.deepcopy(body)
+                meta = body.setdefault("metadata", {})
+                meta.update(namespace=ns, uid=str(uuid.uuid4()), creationTimestamp=now())
+                body.setdefault("kind", kind)
+                store[(ns, name or "")] = body
+                self._gemit(key, "ADDED", body)
+                return 201, copy.deepcopy(body)
             if old is None:
                 return 404, status(404, "NotFound", f'{key} "{name}" not found')
             if method == "DELETE":
@@ -129,7 +138,7 @@ class ObjectStore:
             want_rv = ((body or {}).get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
             if want_rv is not None and want_rv != old["metadata"]["resourceVersion"]:
                 return 409, status(409, "Conflict", f'Operation cannot be fulfilled on {key} "{name}": the object has been modified')
-            if method == "PUT":
+            if method == "PUT" or applying:  # an applier that owns every field it sends: they replace the old
                 new = copy.deepcopy(body)
                 new["metadata"] = {**old["metadata"], **new.get("metadata", {})}
             else:

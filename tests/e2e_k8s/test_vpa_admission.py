@@ -1,0 +1,366 @@
+"""VPA at pod creation on the real v1.36 API server: the MutatingAdmissionPolicy of deploy/vpa-admission and
+its parameters, kept by the keeper Deployment (both applied by cluster.sh with deploy/overlays/realk8s).
+
+- A Deployment's new pod (scale up), for VPA modes Auto, Initial and InPlaceOrRecreate, is created and
+  scheduled with the recommended requests and proportional limits, its QoS class unchanged; a StatefulSet's
+  and a DaemonSet's pods too.
+- Mode Off, no recommendation, a VPA of another Deployment, two VPAs, the VPA CRD removed: pods unchanged.
+- A recommendation beyond the namespace's LimitRange: the pod is created within it.
+- The agreement table: 32 rows (modes × controlledValues × container policies × QoS), each a pod created
+  with server-side dry run through the real admission chain, compared with what the node agent's
+  agent/vpa/policy.py computes for the same VPA and container.
+- Pod creation latency with and without the policy (median of 50 creates).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.infra.apiserver import APIServer, path
+from agent.kube.client import api_client
+from agent.pods import quantity
+from agent.pods.parse import parse_pod
+from agent.vpa.parse import parse_vpa
+from agent.vpa.policy import clamped_targets
+from bench import provenance
+from tests.e2e_k8s.nodes import IMAGE, RK, ROOT, V1_NODE, kubectl, needs_cluster, wait_for
+
+pytestmark = needs_cluster
+
+NS = "kcg-vpa-admission"
+NS_LR = "kcg-vpa-admission-lr"
+VPA_CRD = ROOT / "tests" / "e2e_k8s" / "vpa-v1-crd.yaml"
+TARGET = {"cpu": "250m", "memory": "200Mi"}
+SIDE_TARGET = {"cpu": "80m", "memory": "48Mi"}
+
+
+def _apply(*objs: Mapping[str, Any]) -> None:
+    kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}))
+
+
+def _container(name: str, requests: Mapping[str, str] | None = None, limits: Mapping[str, str] | None = None) -> dict[str, Any]:
+    res = {k: dict(v) for k, v in (("requests", requests), ("limits", limits)) if v}
+    return {"name": name, "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "1000000"], "resources": res}
+
+
+BURSTABLE = [_container("app", {"cpu": "100m", "memory": "100Mi"}, {"cpu": "200m", "memory": "300Mi"}), _container("side", {"cpu": "50m", "memory": "32Mi"})]
+
+
+def _pod_spec(containers: list[dict[str, Any]], node: str | None = V1_NODE) -> dict[str, Any]:
+    spec: dict[str, Any] = {"terminationGracePeriodSeconds": 0, "containers": containers}
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return spec
+
+
+def _workload(kind: str, name: str, containers: list[dict[str, Any]], ns: str = NS, replicas: int = 0, node: str | None = V1_NODE) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": name}},
+        "template": {"metadata": {"labels": {"app": name}}, "spec": _pod_spec(containers, node)},
+    }
+    if kind != "DaemonSet":
+        spec["replicas"] = replicas
+    if kind == "StatefulSet":
+        spec["serviceName"] = name
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": ns}, "spec": spec}
+
+
+def _vpa(name: str, target: str, mode: str, kind: str = "Deployment", ns: str = NS, policies: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"targetRef": {"apiVersion": "apps/v1", "kind": kind, "name": target}, "updatePolicy": {"updateMode": mode}}
+    if policies:
+        spec["resourcePolicy"] = {"containerPolicies": policies}
+    return {
+        "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
+        "metadata": {"name": name, "namespace": ns, "annotations": {"kube-cgroup-agent.io/vpa-actuator": "node"}},
+        "spec": spec,
+    }
+
+
+def _recommend(name: str, ns: str = NS, app: Mapping[str, str] = TARGET, side: Mapping[str, str] | None = SIDE_TARGET) -> dict[str, Any]:
+    recs = [{"containerName": "app", "target": dict(app)}]
+    if side:
+        recs.append({"containerName": "side", "target": dict(side)})
+    status = {"recommendation": {"containerRecommendations": recs}}
+    kubectl("-n", ns, "patch", "vpa", name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+    return status
+
+
+def _param(name: str, ns: str = NS) -> dict[str, Any] | None:
+    out = kubectl("-n", ns, "get", "vpaadmissionparams", name, "-o", "json", "--ignore-not-found")
+    return json.loads(out) if out.strip() else None
+
+
+def _param_says(name: str, ns: str = NS, skipped: str | None = "") -> dict[str, Any]:
+    """The keeper's object for VPA `name` once it says `skipped` ("" : it sets values; None: anything but
+    "no recommendation yet")."""
+
+    def probe() -> dict[str, Any] | None:
+        p = _param(name, ns)
+        if p is None:
+            return None
+        said = p["spec"]["skipped"]
+        if skipped is None:
+            return p if "no recommendation" not in said else None
+        return p if (said == "" if skipped == "" else skipped in said) else None
+
+    return wait_for(f"VPAAdmissionParams {ns}/{name} ({skipped!r})", probe, 60)
+
+
+def _scaled_pod(kind: str, name: str, ns: str = NS, replicas: int = 1) -> dict[str, Any]:
+    """Scale up and return the new pod once it is scheduled."""
+    kubectl("-n", ns, "scale", kind.lower(), name, f"--replicas={replicas}")
+    return _scheduled(name, ns)[0]
+
+
+def _scheduled(name: str, ns: str = NS, count: int = 1) -> list[dict[str, Any]]:
+    def probe() -> list[dict[str, Any]] | None:
+        pods = json.loads(kubectl("-n", ns, "get", "pods", "-l", f"app={name}", "-o", "json"))["items"]
+        done = [p for p in pods if p["spec"].get("nodeName") and p.get("status", {}).get("qosClass")]
+        return done if len(done) >= count else None
+
+    return wait_for(f"{count} scheduled pod(s) of {name}", probe, 90)
+
+
+def _values(c: Mapping[str, Any]) -> tuple[int | None, ...]:
+    res = c.get("resources") or {}
+    req, lim = res.get("requests") or {}, res.get("limits") or {}
+    return (
+        quantity.to_milli(req["cpu"], "cpu") if "cpu" in req else None,
+        quantity.to_int(req["memory"], "memory") if "memory" in req else None,
+        quantity.to_milli(lim["cpu"], "cpu") if "cpu" in lim else None,
+        quantity.to_int(lim["memory"], "memory") if "memory" in lim else None,
+    )
+
+
+def _by_name(pod: Mapping[str, Any]) -> dict[str, tuple[int | None, ...]]:
+    return {c["name"]: _values(c) for c in pod["spec"]["containers"]}
+
+
+def _node_decision(spec: Mapping[str, Any], vpa_raw: Mapping[str, Any], status: Mapping[str, Any], ns: str = NS) -> dict[str, tuple[int | None, ...]]:
+    """What the node agent's VPA source computes for this pod: agent.vpa.policy's targets (containers
+    without one keep what they have)."""
+    pod = parse_pod({"metadata": {"name": "p", "namespace": ns, "uid": str(uuid.uuid4())}, "spec": spec}, ())
+    vpa = parse_vpa({**vpa_raw, "status": status})
+    out: dict[str, tuple[int | None, ...]] = {c.name: (c.requests.cpu_milli, c.requests.memory, c.limits.cpu_milli, c.limits.memory) for c in pod.containers}
+    if vpa.mode.value == "Off":
+        return out
+    for t in clamped_targets(pod, vpa):
+        out[t.container] = (t.requests.cpu_milli, t.requests.memory, t.limits.cpu_milli, t.limits.memory)
+    return out
+
+
+MI = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def namespaces() -> Iterator[None]:
+    for ns in (NS, NS_LR):
+        kubectl("create", "namespace", ns, ok=(0, 1))
+    kubectl("-n", "kube-cgroup-agent", "rollout", "status", "deployment/kube-cgroup-agent-vpa-admission", "--timeout=120s")
+    yield
+    for ns in (NS, NS_LR):
+        kubectl("delete", "namespace", ns, "--wait=false", ok=(0, 1))
+
+
+@pytest.mark.parametrize("mode", ["Auto", "Initial", "InPlaceOrRecreate"])
+def test_a_new_pod_is_created_and_scheduled_with_the_recommendation(namespaces: None, mode: str) -> None:
+    name = f"scale-{mode.lower()}"
+    _apply(_workload("Deployment", name, BURSTABLE), _vpa(name, name, mode))
+    _recommend(name)
+    param = _param_says(name)
+    pod = _scaled_pod("Deployment", name)
+    # requests = target; limits keep their ratio (cpu 2×, memory 3×); side has no limit: none made up
+    assert _by_name(pod) == {"app": (250, 200 * MI, 500, 600 * MI), "side": (80, 48 * MI, None, None)}
+    assert pod["status"]["qosClass"] == "Burstable"
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["vpaUpdates"] == param["spec"]["updates"] == (
+        f"Pod resources updated by {name}: container 0: cpu request, memory request, cpu limit, memory limit; "
+        "container 1: cpu request, memory request")
+    assert annotations["vpaObservedContainers"] == "app, side"
+    scheduled = [c for c in pod["status"].get("conditions") or () if c["type"] == "PodScheduled"]
+    assert scheduled and scheduled[0]["status"] == "True"
+    kubectl("-n", NS, "scale", "deployment", name, "--replicas=0")
+
+
+@pytest.mark.parametrize("case", ["off", "no-recommendation", "another-target", "two-vpas"])
+def test_pods_are_created_unchanged(namespaces: None, case: str) -> None:
+    name = f"same-{case}"
+    objs: list[dict[str, Any]] = [_workload("Deployment", name, BURSTABLE)]
+    vpas = {"off": [_vpa(name, name, "Off")], "no-recommendation": [_vpa(name, name, "Auto")],
+            "another-target": [_vpa(name, f"{name}-other", "Auto")],
+            "two-vpas": [_vpa(name, name, "Auto"), _vpa(f"{name}-b", name, "Auto")]}[case]
+    if case == "another-target":
+        objs.append(_workload("Deployment", f"{name}-other", BURSTABLE))
+    _apply(*objs, *vpas)
+    for v in vpas:
+        if case != "no-recommendation":
+            _recommend(v["metadata"]["name"])
+    why = {"off": "updateMode Off", "no-recommendation": "no recommendation yet", "another-target": "", "two-vpas": "2 VPAs target"}[case]
+    _param_says(name, skipped=why)  # the keeper has seen the VPA(s): what it says is what the pod gets
+    pod = _scaled_pod("Deployment", name)
+    assert _by_name(pod) == {"app": (100, 100 * MI, 200, 300 * MI), "side": (50, 32 * MI, None, None)}
+    assert "vpaUpdates" not in (pod["metadata"].get("annotations") or {})
+    kubectl("-n", NS, "scale", "deployment", name, "--replicas=0")
+
+
+def test_a_pod_beyond_the_limitrange_is_created_within_it(namespaces: None) -> None:
+    name = "bounded"
+    _apply({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "bounds", "namespace": NS_LR},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": "1", "memory": "400Mi"}}]}},
+           _workload("Deployment", name, [_container("app", {"cpu": "100m", "memory": "100Mi"}, {"cpu": "200m", "memory": "300Mi"})], ns=NS_LR),
+           _vpa(name, name, "Auto", ns=NS_LR))
+    _recommend(name, NS_LR, app={"cpu": "2", "memory": "1Gi"}, side=None)
+    _param_says(name, NS_LR)
+    pod = _scaled_pod("Deployment", name, NS_LR)
+    # cpu: 100m × 1000m / 200m = 500m (limit 1); memory: floor(100Mi × 400Mi / 300Mi) (limit 3× that <= 400Mi)
+    assert _by_name(pod) == {"app": (500, 139810133, 1000, 3 * 139810133)}
+    kubectl("-n", NS_LR, "scale", "deployment", name, "--replicas=0")
+
+
+def test_statefulset_and_daemonset_pods_are_covered(namespaces: None) -> None:
+    _apply(_workload("StatefulSet", "ring", BURSTABLE), _vpa("ring", "ring", "InPlaceOrRecreate", kind="StatefulSet"),
+           _workload("DaemonSet", "everywhere", BURSTABLE, node=None), _vpa("everywhere", "everywhere", "Initial", kind="DaemonSet"))
+    kubectl("-n", NS, "rollout", "status", "daemonset/everywhere", "--timeout=180s")  # created before the VPA's status
+    for name in ("ring", "everywhere"):
+        _recommend(name)
+        _param_says(name)
+    want = {"app": (250, 200 * MI, 500, 600 * MI), "side": (80, 48 * MI, None, None)}
+    assert _by_name(_scaled_pod("StatefulSet", "ring")) == want
+    # a DaemonSet's pods are created by the controller on its own: replace one to see a new one admitted
+    old = _scheduled("everywhere", count=2)
+    assert all(_by_name(p) != want for p in old)  # created before the recommendation
+    kubectl("-n", NS, "delete", "pod", old[0]["metadata"]["name"], "--wait=true")
+    fresh = wait_for("the DaemonSet's new pod", lambda: [p for p in _scheduled("everywhere", count=2)
+                                                         if p["metadata"]["uid"] not in {o["metadata"]["uid"] for o in old}], 120)
+    assert _by_name(fresh[0]) == want
+    assert fresh[0]["metadata"]["annotations"]["vpaObservedContainers"] == "app, side"
+    kubectl("-n", NS, "delete", "daemonset", "everywhere", "--wait=false")
+    kubectl("-n", NS, "scale", "statefulset", "ring", "--replicas=0")
+
+
+# ---- the agreement table ---------------------------------------------------------------------------
+
+TEMPLATES: dict[str, list[dict[str, Any]]] = {
+    "burstable": BURSTABLE,
+    "guaranteed": [_container("app", {"cpu": "200m", "memory": "128Mi"}, {"cpu": "200m", "memory": "128Mi"}),
+                   _container("side", {"cpu": "100m", "memory": "64Mi"}, {"cpu": "100m", "memory": "64Mi"})],
+    "besteffort": [_container("app"), _container("side")],
+    "cpu-limit-only": [_container("app", {"cpu": "100m", "memory": "64Mi"}, {"cpu": "300m"}), _container("side", {"cpu": "10m"})],
+}
+POLICIES: list[list[dict[str, Any]]] = [
+    [{"containerName": "*"}],
+    [{"containerName": "*", "controlledResources": ["cpu"]}],
+    [{"containerName": "app", "minAllowed": {"cpu": "300m"}, "maxAllowed": {"memory": "150Mi"}}, {"containerName": "*"}],
+    [{"containerName": "side", "mode": "Off"}, {"containerName": "*"}],
+]
+ROWS = [
+    (mode, values, qos, i)
+    for i, (mode, values, qos) in enumerate(
+        (m, v, q) for m in ("Auto", "Initial", "InPlaceOrRecreate", "Off") for v in ("RequestsAndLimits", "RequestsOnly") for q in TEMPLATES)
+]
+
+
+def test_the_policy_and_the_node_agent_compute_the_same_values(namespaces: None) -> None:
+    rows: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]] = []
+    objs: list[dict[str, Any]] = []
+    for mode, values, qos, i in ROWS:
+        name = f"row-{i}"
+        policies = [{**p, "controlledValues": values} for p in POLICIES[i % len(POLICIES)]]
+        vpa = _vpa(name, name, mode, policies=policies)
+        objs += [_workload("Deployment", name, TEMPLATES[qos]), vpa]
+        rows.append((name, vpa, {}, TEMPLATES[qos]))
+    _apply(*objs)
+    statuses = {name: _recommend(name) for name, *_ in rows}
+    for name, *_ in rows:
+        _param_says(name, skipped=None)
+    compared, differing = 0, []
+    for (name, vpa, _, containers), (mode, values, qos, _i) in zip(rows, ROWS, strict=True):
+        spec = _pod_spec(containers)
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "generateName": f"{name}-", "namespace": NS, "labels": {"app": name, "pod-template-hash": "h"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-h", "uid": str(uuid.uuid4()), "controller": True}]},
+            "spec": spec}
+        admitted = json.loads(kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(pod)))
+        got, want = _by_name(admitted), _node_decision(spec, vpa, statuses[name])
+        compared += 1
+        if got != want:
+            differing.append((name, mode, values, qos, got, want, (_param(name) or {}).get("spec", {}).get("skipped")))
+    print(f"\ne2e-k8s: VPA admission agreement: {compared} rows, {len(differing)} differing")
+    assert compared >= 30
+    assert not differing, differing
+    if out := os.environ.get("KCG_E2E_K8S_OUT"):
+        provenance.record(Path(out), "vpa_admission_agreement", lambda data: data.update(vpa_admission_rows=compared))
+
+
+# ---- pod creation latency ---------------------------------------------------------------------------
+
+
+def _create_times(name: str, n: int) -> list[float]:
+    """`n` pods created one after the other as the ReplicaSet of `name` would create them (scheduling
+    gated, so nothing runs), each POST timed end to end (the agent's own API client); then deleted."""
+    api = APIServer(api_client(str(RK / "kubeconfig")))
+    times = []
+    for _ in range(n):
+        body = {"metadata": {"generateName": f"{name}-", "labels": {"app": f"{name}-timed", "pod-template-hash": "h"},
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-h",
+                                                  "uid": str(uuid.uuid4()), "controller": True}]},
+                "spec": {**_pod_spec(BURSTABLE), "schedulingGates": [{"name": "kube-cgroup-agent.io/timed"}]}}
+        t0 = time.perf_counter()
+        api.create(path("v1", "pods", NS), body)
+        times.append((time.perf_counter() - t0) * 1000)
+    kubectl("-n", NS, "delete", "pods", "-l", f"app={name}-timed", "--grace-period=0", "--wait=false")
+    return times
+
+
+def test_pod_creation_latency_with_and_without_the_policy(namespaces: None) -> None:
+    name = "timed"
+    _apply(_workload("Deployment", name, BURSTABLE), _vpa(name, name, "Auto"))
+    _recommend(name)
+    _param_says(name)
+    _create_times(name, 5)  # warm the connection and the API server's caches
+    with_policy = _create_times(name, 50)
+    binding = kubectl("get", "mutatingadmissionpolicybinding", "kube-cgroup-agent-vpa", "-o", "json")
+    kubectl("delete", "mutatingadmissionpolicybinding", "kube-cgroup-agent-vpa")
+    try:
+        time.sleep(2)  # the policy source notices the binding is gone
+        without = _create_times(name, 50)
+    finally:
+        restored = json.loads(binding)
+        restored["metadata"] = {"name": restored["metadata"]["name"]}
+        kubectl("apply", "-f", "-", stdin=json.dumps(restored))
+    med_with, med_without = statistics.median(with_policy), statistics.median(without)
+    p90 = lambda xs: sorted(xs)[int(0.9 * len(xs)) - 1]  # noqa: E731
+    print(f"\ne2e-k8s: pod create median {med_with:.1f} ms with the policy, {med_without:.1f} ms without "
+          f"(p90 {p90(with_policy):.1f} / {p90(without):.1f} ms, 50 creates each)")
+    assert len(with_policy) == len(without) == 50
+    if out := os.environ.get("KCG_E2E_K8S_OUT"):
+        provenance.record(Path(out), "vpa_admission_latency", lambda data: data.update(
+            pod_create_ms_with_policy=round(med_with, 2), pod_create_ms_without_policy=round(med_without, 2),
+            pod_create_p90_ms_with_policy=round(p90(with_policy), 2), pod_create_p90_ms_without_policy=round(p90(without), 2)))
+
+
+def test_without_the_vpa_crd_pods_are_created_unchanged(namespaces: None) -> None:
+    """Last: the VPA CRD is removed (its VPAs with it; their parameters follow, owned by them), then put back."""
+    name = "crd-gone"
+    _apply(_workload("Deployment", name, BURSTABLE), _vpa(name, name, "Auto"))
+    _recommend(name)
+    _param_says(name)
+    kubectl("delete", "-f", str(VPA_CRD), "--wait=true", timeout=180)
+    try:
+        wait_for("the parameters gone with their VPAs", lambda: _param(name) is None, 120)
+        pod = _scaled_pod("Deployment", name)
+        assert _by_name(pod) == {"app": (100, 100 * MI, 200, 300 * MI), "side": (50, 32 * MI, None, None)}
+        assert "vpaUpdates" not in (pod["metadata"].get("annotations") or {})
+    finally:
+        kubectl("apply", "-f", str(VPA_CRD))
+        kubectl("wait", "--for=condition=Established", "crd/verticalpodautoscalers.autoscaling.k8s.io", "--timeout=60s")
+    kubectl("-n", NS, "scale", "deployment", name, "--replicas=0")

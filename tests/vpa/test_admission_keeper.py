@@ -1,0 +1,161 @@
+"""The keeper of the VPA admission parameters against the fake API server: what it writes, updates and
+deletes, what it leaves alone while its view is not current, and a failed write tried again."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from agent.admission.keeper import Keeper
+from agent.infra.apiserver import APIServer
+from agent.infra.metrics import Metrics
+from agent.vpa.policy import Options
+from tests.e2e_k8s.nodes import wait_for
+from tests.support.fakeapi.cluster import FakeCluster
+from tests.support.fakeapi.server import FakeAPIServer
+
+VPA = ("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
+PARAMS = ("kube-cgroup-agent.io", "v1alpha1", "vpaadmissionparams")
+DEPLOYMENTS = ("apps", "v1", "deployments")
+KINDS = [
+    ("apps", "v1", "deployments", "Deployment"),
+    ("apps", "v1", "statefulsets", "StatefulSet"),
+    ("apps", "v1", "daemonsets", "DaemonSet"),
+    ("apps", "v1", "replicasets", "ReplicaSet"),
+    ("", "v1", "replicationcontrollers", "ReplicationController"),
+    ("batch", "v1", "jobs", "Job"),
+    ("batch", "v1", "cronjobs", "CronJob"),
+]
+
+
+def deployment(name: str, cpu: str = "100m") -> dict[str, Any]:
+    c = {"name": "app", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": "100Mi"}, "limits": {"cpu": "200m", "memory": "300Mi"}}}
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": {"template": {"spec": {"containers": [c]}}}}
+
+
+def vpa(name: str, target: str = "web", opted: bool = True, cpu: str | None = "250m", kind: str = "Deployment") -> dict[str, Any]:
+    status = {"recommendation": {"containerRecommendations": [{"containerName": "app", "target": {"cpu": cpu, "memory": "200Mi"}}]}} if cpu else {}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "annotations": {"kube-cgroup-agent.io/vpa-actuator": "node"} if opted else {}},
+        "spec": {"targetRef": {"kind": kind, "name": target}, "updatePolicy": {"updateMode": "Auto"}},
+        "status": status,
+    }
+
+
+class Running:
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.api = FakeAPIServer(cluster)
+        self.api.start()
+        cfg = client.Configuration()
+        cfg.host = self.api.url
+        cfg.connection_pool_maxsize = 16  # as run_keeper sets it: ten watches and the writes
+        self.client = client.ApiClient(cfg)
+        self.keeper = Keeper(APIServer(self.client), Metrics(), Options(), resync_s=0.5, settle_s=0.05)
+        self.stop = threading.Event()
+
+    def start(self) -> None:
+        self.keeper.start(self.stop)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.keeper.join(5.0)
+        self.client.close()
+        self.api.stop()
+
+    def param(self, name: str) -> dict[str, Any] | None:
+        return self.cluster.get(*PARAMS, "ns", name)
+
+    def spec(self, name: str) -> dict[str, Any] | None:
+        p = self.param(name)
+        return p["spec"] if p else None
+
+
+def served(cluster: FakeCluster, vpas: bool = True, kinds: list[tuple[str, str, str, str]] = KINDS) -> FakeCluster:
+    if vpas:
+        cluster.serve(*VPA, kind="VerticalPodAutoscaler")
+    cluster.serve(*PARAMS, kind="VPAAdmissionParams")
+    for g, v, r, k in kinds:
+        cluster.serve(g, v, r, k)
+    return cluster
+
+
+@pytest.fixture
+def running() -> Iterator[Running]:
+    r = Running(served(FakeCluster(node={"metadata": {"name": "n1"}})))
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def _to_cpu(spec: dict[str, Any] | None) -> str | None:
+    return spec["containers"][0]["to"]["requests"].get("cpu") if spec and spec["containers"] else None
+
+
+def test_one_object_per_opted_in_vpa_kept_up_to_date_and_deleted_with_it(running: Running) -> None:
+    c = running.cluster
+    c.put(*DEPLOYMENTS, deployment("web"))
+    c.put(*VPA, vpa("web"))
+    c.put(*DEPLOYMENTS, deployment("other"))
+    c.put(*VPA, vpa("quiet", target="other", opted=False))
+    running.start()
+    spec = wait_for("the parameters of ns/web", lambda: running.spec("web"), 10)
+    assert spec["skipped"] == "" and spec["owner"] == {"kind": "ReplicaSet", "name": "web", "via": "Deployment"}
+    assert spec["containers"][0]["to"] == {"requests": {"cpu": "250m", "memory": str(200 << 20)}, "limits": {"cpu": "500m", "memory": str(600 << 20)}}
+    vpa_uid = c.get(*VPA, "ns", "web")["metadata"]["uid"]  # type: ignore[index]
+    assert running.param("web")["metadata"]["ownerReferences"][0]["uid"] == vpa_uid  # type: ignore[index]
+    assert running.param("quiet") is None  # no opt-in: VPA's own admission controller may serve it
+    c.put(*VPA, vpa("web", cpu="300m"))  # a new recommendation
+    wait_for("the new target", lambda: _to_cpu(running.spec("web")) == "300m", 10)
+    c.put(*DEPLOYMENTS, deployment("web", cpu="150m"))  # a new template: `from` follows it
+    wait_for("the new template", lambda: (running.spec("web") or {}).get("containers", [{}])[0].get("from", {}).get("requests", {}).get("cpu") == "150m", 10)
+    c.put(*VPA, vpa("twin"))  # a second VPA of the same Deployment: neither sets anything
+    wait_for("both skipped", lambda: all("2 VPAs target" in (running.spec(n) or {}).get("skipped", "") for n in ("web", "twin")), 10)
+    c.remove(*VPA, "ns", "twin")
+    c.remove(*VPA, "ns", "web")
+    wait_for("the objects deleted", lambda: running.param("web") is None and running.param("twin") is None, 10)
+
+
+def test_nothing_is_written_or_deleted_before_the_vpas_are_known() -> None:
+    """The VPA CRD is not served (a cluster without VPA, or the CRD removed): an object left from before
+    stays as it is (the garbage collector deletes it with its VPA), none is written."""
+    r = Running(served(FakeCluster(node={"metadata": {"name": "n1"}}), vpas=False))
+    try:
+        r.cluster.put(*PARAMS, {"metadata": {"name": "old", "namespace": "ns", "labels": {"kube-cgroup-agent.io/vpa-admission": "true"}}, "spec": {"skipped": "x"}})
+        r.start()
+        wait_for("the keeper's passes wait", lambda: r.cluster.count("GET", "verticalpodautoscalers") >= 2, 10)
+        assert r.keeper.passes == 0
+        assert r.param("old") is not None and r.cluster.count("PATCH", "vpaadmissionparams") == 0
+        assert r.cluster.count("DELETE", "vpaadmissionparams") == 0
+        r.cluster.serve(*VPA, kind="VerticalPodAutoscaler")  # the CRD installed, no VPA: the stale object goes
+        wait_for("the stale object deleted", lambda: r.param("old") is None, 15)
+    finally:
+        r.close()
+
+
+def test_a_kind_that_cannot_be_listed_leaves_its_vpas_objects_alone() -> None:
+    r = Running(served(FakeCluster(node={"metadata": {"name": "n1"}}), kinds=KINDS[:-1]))  # no cronjobs
+    try:
+        r.cluster.put(*VPA, vpa("nightly", target="nightly", kind="CronJob"))
+        r.cluster.put(*PARAMS, {"metadata": {"name": "nightly", "namespace": "ns", "labels": {"kube-cgroup-agent.io/vpa-admission": "true"}}, "spec": {"skipped": "kept"}})
+        r.cluster.put(*DEPLOYMENTS, deployment("web"))
+        r.cluster.put(*VPA, vpa("web"))
+        r.start()
+        wait_for("the Deployment's VPA served", lambda: r.spec("web"), 10)
+        assert (r.spec("nightly") or {}).get("skipped") == "kept"
+    finally:
+        r.close()
+
+
+def test_a_failed_write_is_tried_again(running: Running) -> None:
+    running.cluster.put(*DEPLOYMENTS, deployment("web"))
+    running.cluster.put(*VPA, vpa("web"))
+    running.cluster.fail("PATCH", "vpaadmissionparams", 500, times=2)
+    running.start()
+    wait_for("the parameters written after two failures", lambda: running.spec("web"), 15)
+    assert running.cluster.count("PATCH", "vpaadmissionparams") >= 3
