@@ -1,5 +1,5 @@
 """`explain --admission`: what the VPA admission policy would set on a pod not created yet, and why; and
-`vpa-admission`: the keeper of the policy's parameter objects (agent.admission.keeper)."""
+`vpa-admission`: the keeper of the policy's parameter objects (agent.daemon.vpa_admission)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from agent.admission.desired import TARGETS, template_spec
-from agent.commands.dryrun import EXIT_OK, UsageError
+from agent.infra.errors import PermanentError
 from agent.pods.load import objects
 from agent.pods.sources.limitrange_rules import parse_all
 from agent.vpa.admission import AdmissionParams, admission_params, rivals_of
+from agent.vpa.admission_cluster import TARGETS, template_spec
 from agent.vpa.model import VPA
 from agent.vpa.parse import parse_vpa
 from agent.vpa.policy import Options
@@ -24,11 +24,15 @@ from agent.vpa.policy import Options
 _WORKLOADS = frozenset(TARGETS)
 
 
+class ManifestError(PermanentError):
+    """A manifest `explain --admission` cannot act on (exit 2, one line)."""
+
+
 def _read(path: str) -> list[Mapping[str, Any]]:
     try:
         text = Path(path).read_text() if path != "-" else sys.stdin.read()
     except OSError as err:
-        raise UsageError(f"cannot read {path}: {err.strerror or err}") from err
+        raise ManifestError(f"cannot read {path}: {err.strerror or err}") from err
     return objects(text, path)
 
 
@@ -91,7 +95,7 @@ def admission_decisions(
     kind = str(pod.get("kind") or "Pod")
     spec = template_spec(kind, pod) if kind in _WORKLOADS else pod.get("spec")
     if not isinstance(spec, Mapping):
-        raise UsageError(f"the {kind} manifest has no pod spec")
+        raise ManifestError(f"the {kind} manifest has no pod spec")
     wanted = set(_candidates(pod))
     rivals = rivals_of(v for v, _ in vpas)
     out = [
@@ -141,7 +145,7 @@ def explain_admission(pod_file: str, vpa_file: str | None, output: str, opts: Op
     docs = [*pods, *(_read(vpa_file) if vpa_file else [])]
     targets = [p for p in pods if p.get("kind", "Pod") in ("Pod", *_WORKLOADS)]
     if len(targets) != 1:
-        raise UsageError(
+        raise ManifestError(
             f"{pod_file} must hold one Pod or one workload ({', '.join(sorted(_WORKLOADS))}); it holds {len(targets)}"
         )
     pod = targets[0]
@@ -156,20 +160,20 @@ def explain_admission(pod_file: str, vpa_file: str | None, output: str, opts: Op
         print(json.dumps([param_object(d)["spec"] | {"vpa": d.vpa} for d in decisions], indent=2))
     else:
         print(_render(name, decisions, _candidates(pod)))
-    return EXIT_OK
+    return 0
 
 
 def run_keeper(
     kubeconfig: str | None, opts: Options, resync_s: float, log_format: str, log_level: str
 ) -> int:
-    from agent.admission.keeper import Keeper
+    from agent.daemon.vpa_admission import Keeper
     from agent.infra.apiserver import APIServer
     from agent.infra.logging import configure, get_logger
     from agent.infra.metrics import Metrics
     from agent.kube.client import api_client
 
     configure(log_format, log_level)
-    log = get_logger("agent.admission")
+    log = get_logger("agent.daemon.vpa_admission")
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -185,4 +189,4 @@ def run_keeper(
     keeper.start(stop)
     stop.wait()
     keeper.join(5.0)
-    return EXIT_OK
+    return 0

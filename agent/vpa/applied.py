@@ -49,7 +49,9 @@ def _parse_res(raw: object) -> Resources:
 
 
 def _targets(targets: tuple[ContainerTarget, ...]) -> list[dict[str, Any]]:
-    return [{"container": t.container, "requests": _res(t.requests), "limits": _res(t.limits)} for t in targets]
+    return [
+        {"container": t.container, "requests": _res(t.requests), "limits": _res(t.limits)} for t in targets
+    ]
 
 
 def _parse_targets(uid: str, raw: object) -> tuple[ContainerTarget, ...]:
@@ -59,7 +61,11 @@ def _parse_targets(uid: str, raw: object) -> tuple[ContainerTarget, ...]:
     for t in raw:
         if not isinstance(t, Mapping) or not isinstance(t.get("container"), str):
             raise ValueError(f"pod {uid}: a target needs a container name")
-        out.append(ContainerTarget(t["container"], _parse_res(t.get("requests", {})), _parse_res(t.get("limits", {}))))
+        out.append(
+            ContainerTarget(
+                t["container"], _parse_res(t.get("requests", {})), _parse_res(t.get("limits", {}))
+            )
+        )
     return tuple(out)
 
 
@@ -78,7 +84,11 @@ def loads(data: bytes) -> ActuatorState:
         doc: Any = json.loads(data)
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"not JSON: {err}") from None
-    if not isinstance(doc, Mapping) or doc.get("version") != VERSION or not isinstance(doc.get("pods"), Mapping):
+    if (
+        not isinstance(doc, Mapping)
+        or doc.get("version") != VERSION
+        or not isinstance(doc.get("pods"), Mapping)
+    ):
         raise ValueError(f"not a version {VERSION} file of the VPA actuator's state")
     applied: dict[str, Kept] = {}
     for uid, rec in doc["pods"].items():
@@ -90,11 +100,17 @@ def loads(data: bytes) -> ActuatorState:
     if not isinstance(raw_blocked, Mapping):
         raise ValueError("blocked must be a map")
     for uid, rec in raw_blocked.items():
-        if not isinstance(rec, Mapping) or not isinstance(rec.get("vpa"), str) or not isinstance(rec.get("message", ""), str):
+        if (
+            not isinstance(rec, Mapping)
+            or not isinstance(rec.get("vpa"), str)
+            or not isinstance(rec.get("message", ""), str)
+        ):
             raise ValueError(f"pod {uid}: a blocked record needs vpa, targets, state and message")
         try:
             state = ResizeBlock(str(rec.get("state")))
         except ValueError:
             raise ValueError(f"pod {uid}: state {rec.get('state')!r} is not Infeasible or Deferred") from None
-        blocked[str(uid)] = Blocked(rec["vpa"], _parse_targets(uid, rec.get("targets")), state, rec.get("message", ""))
+        blocked[str(uid)] = Blocked(
+            rec["vpa"], _parse_targets(uid, rec.get("targets")), state, rec.get("message", "")
+        )
     return ActuatorState(applied, blocked)

@@ -41,7 +41,11 @@ class VPASettings:
         from agent.vpa.policy import Options  # the policy is loaded by what acts on VPAs, not by the settings
 
         return Options(
-            self.actuate_all, self.treat_recreate_as_in_place, self.pod_lifetime_s, self.min_change, self.usage_margin
+            self.actuate_all,
+            self.treat_recreate_as_in_place,
+            self.pod_lifetime_s,
+            self.min_change,
+            self.usage_margin,
         )
 
 

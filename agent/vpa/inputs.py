@@ -75,7 +75,9 @@ def read_file(path: Path, node: str | None) -> VPAInputs:
         raise VPAInputError(f"--vpa {path}: {err.message}") from None
 
 
-def cli_source(inputs: VPAInputs, opts: Options, state_dir: Path | None, kubelet_resizes: bool) -> tuple[VPASource, str | None]:
+def cli_source(
+    inputs: VPAInputs, opts: Options, state_dir: Path | None, kubelet_resizes: bool
+) -> tuple[VPASource, str | None]:
     """A VPA source deciding as the daemon's does, recording for `explain`, never persisting; with the
     targets the agent applied before (bare nodes), and a warning when its state file is unusable."""
     kept, warning = load_readonly(state_dir) if state_dir is not None else (ActuatorState(), None)

@@ -61,7 +61,9 @@ def parse_vpa(raw: Mapping[str, Any]) -> VPA:
     try:
         mode = UpdateMode(mode_text)
     except ValueError as err:
-        raise VPAParseError(key, f"spec.updatePolicy.updateMode {mode_text!r} is not one of VPA's modes") from err
+        raise VPAParseError(
+            key, f"spec.updatePolicy.updateMode {mode_text!r} is not one of VPA's modes"
+        ) from err
     annotations = _map(meta.get("annotations"), "metadata.annotations", key)
     recommenders = tuple(
         str(r["name"])
@@ -69,16 +71,23 @@ def parse_vpa(raw: Mapping[str, Any]) -> VPA:
         if isinstance(r, Mapping) and isinstance(r.get("name"), str)
     )
     policies = []
-    for i, p in enumerate(_map(spec.get("resourcePolicy"), "spec.resourcePolicy", key).get("containerPolicies") or ()):
+    for i, p in enumerate(
+        _map(spec.get("resourcePolicy"), "spec.resourcePolicy", key).get("containerPolicies") or ()
+    ):
         where = f"spec.resourcePolicy.containerPolicies[{i}]"
         p, container = _container_entry(p, where, key)
         controlled = p.get("controlledResources")
-        if controlled is not None and not (isinstance(controlled, list) and all(isinstance(c, str) for c in controlled)):
+        if controlled is not None and not (
+            isinstance(controlled, list) and all(isinstance(c, str) for c in controlled)
+        ):
             raise VPAParseError(key, f"{where}.controlledResources must be a list of resource names")
         try:
             values = ControlledValues(p.get("controlledValues") or "RequestsAndLimits")
         except ValueError as err:
-            raise VPAParseError(key, f"{where}.controlledValues {p.get('controlledValues')!r} is not RequestsAndLimits or RequestsOnly") from err
+            raise VPAParseError(
+                key,
+                f"{where}.controlledValues {p.get('controlledValues')!r} is not RequestsAndLimits or RequestsOnly",
+            ) from err
         policies.append(
             ContainerPolicy(
                 container,
@@ -91,7 +100,9 @@ def parse_vpa(raw: Mapping[str, Any]) -> VPA:
         )
     recs = []
     status = _map(raw.get("status"), "status", key)
-    for i, r in enumerate(_map(status.get("recommendation"), "status.recommendation", key).get("containerRecommendations") or ()):
+    for i, r in enumerate(
+        _map(status.get("recommendation"), "status.recommendation", key).get("containerRecommendations") or ()
+    ):
         where = f"status.recommendation.containerRecommendations[{i}]"
         r, container = _container_entry(r, where, key)
         recs.append(

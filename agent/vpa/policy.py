@@ -40,7 +40,9 @@ class Options:
     treat_recreate_as_in_place: bool = False  # vpa.treatRecreateAsInPlace
     pod_lifetime_s: float = POD_LIFETIME_S  # vpa.podLifetimeThreshold
     min_change: float = MIN_CHANGE
-    usage_margin: float = 0.1  # vpa.memoryUsageMargin: a memory limit never goes below working set × (1 + this)
+    usage_margin: float = (
+        0.1  # vpa.memoryUsageMargin: a memory limit never goes below working set × (1 + this)
+    )
 
 
 def not_actuated_because(vpa: VPA, opts: Options) -> str | None:
@@ -95,13 +97,17 @@ class ContainerTarget:
     limits: Resources
 
 
-def container_target(c: ContainerView, rec: Recommendation, policy: ContainerPolicy | None) -> ContainerTarget | None:
+def container_target(
+    c: ContainerView, rec: Recommendation, policy: ContainerPolicy | None
+) -> ContainerTarget | None:
     """The container's requests and limits under the recommendation; None when its policy is Off."""
     if policy is not None and policy.off:
         return None
     controlled = policy.controlled if policy is not None else frozenset({"cpu", "memory"})
     target = capped(rec.target, policy, c.limits)
-    new_cpu = target.cpu_milli if "cpu" in controlled and target.cpu_milli is not None else c.requests.cpu_milli
+    new_cpu = (
+        target.cpu_milli if "cpu" in controlled and target.cpu_milli is not None else c.requests.cpu_milli
+    )
     new_mem = target.memory if "memory" in controlled and target.memory is not None else c.requests.memory
     requests = replace(c.requests, cpu_milli=new_cpu, memory=new_mem)
     limits = c.limits
@@ -239,12 +245,21 @@ def decide(
     outside, diff = _priority(pod, vpa)
     if not outside and not quick_oom:
         if age_s is None or age_s < opts.pod_lifetime_s:
-            return Verdict(False, "within the recommended range and the pod is younger than podLifetimeThreshold")
+            return Verdict(
+                False, "within the recommended range and the pod is younger than podLifetimeThreshold"
+            )
         if diff < opts.min_change:
-            return Verdict(False, f"within the recommended range and the change ({diff:.0%}) is below {opts.min_change:.0%}")
+            return Verdict(
+                False,
+                f"within the recommended range and the change ({diff:.0%}) is below {opts.min_change:.0%}",
+            )
     if _changes_qos(pod, targets):
         return Verdict(False, "the recommendation would change the pod's QoS class")
-    why_now = "quick OOM" if quick_oom else ("a request outside the recommended range" if outside else f"a {diff:.0%} change")
+    why_now = (
+        "quick OOM"
+        if quick_oom
+        else ("a request outside the recommended range" if outside else f"a {diff:.0%} change")
+    )
     if usage is None:
         return Verdict(True, why_now, tuple(targets))
     # the updater would act: now a memory decrease stops at what the container uses (the node knows it)
@@ -265,7 +280,9 @@ def decide(
 def _changes_qos(pod: PodView, targets: Sequence[ContainerTarget]) -> bool:
     by_name = {t.container: t for t in targets}
     containers = tuple(
-        replace(c, requests=by_name[c.name].requests, limits=by_name[c.name].limits) if c.name in by_name else c
+        replace(c, requests=by_name[c.name].requests, limits=by_name[c.name].limits)
+        if c.name in by_name
+        else c
         for c in pod.containers
     )
     before = compute_qos(replace(pod, status_qos=None)).qos
@@ -308,7 +325,10 @@ def retry_allowed(blocked: Blocked, targets: Sequence[ContainerTarget]) -> bool:
         old = before.get(t.container)
         if old is None:
             return True
-        if any(n is not None and (o is None or n < o) for n, o in zip(target_values(t), target_values(old), strict=True)):
+        if any(
+            n is not None and (o is None or n < o)
+            for n, o in zip(target_values(t), target_values(old), strict=True)
+        ):
             return True
     return False
 

@@ -81,7 +81,10 @@ def owners_from(objects: Iterable[Mapping[str, Any]]) -> dict[OwnerKey, tuple[st
         kind = str(obj.get("kind") or "ReplicaSet")
         for ref in meta.get("ownerReferences") or ():
             if isinstance(ref, Mapping) and ref.get("controller") is True:
-                owners[(str(meta.get("namespace") or ""), kind, str(meta.get("name")))] = (str(ref.get("kind")), str(ref.get("name")))
+                owners[(str(meta.get("namespace") or ""), kind, str(meta.get("name")))] = (
+                    str(ref.get("kind")),
+                    str(ref.get("name")),
+                )
     return owners
 
 
@@ -111,21 +114,35 @@ class VPASource:
     propose_changes: bool = True  # False where the kubelet resizes: decisions go to `pending` for the API
     name: str = NAME
     precedence: int = PRECEDENCE
-    pending: dict[str, tuple[str, str, str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (ns, pod, vpa, targets)
+    pending: dict[str, tuple[str, str, str, tuple[ContainerTarget, ...]]] = field(
+        default_factory=dict
+    )  # uid -> (ns, pod, vpa, targets)
     wake: threading.Event = field(default_factory=threading.Event)  # set when `pending` gained a decision
     on_verdict: Callable[[str, str, Verdict], None] | None = None  # (pod, vpa, verdict) when it changed
     # pod key -> container -> working set, kept by the component that reads the kernel; None: not read
     # on this node (no cap, as VPA itself)
     usage: dict[str, dict[str, int]] | None = None
-    applied: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (vpa, targets)
+    applied: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(
+        default_factory=dict
+    )  # uid -> (vpa, targets)
     verdicts: dict[str, tuple[str, Verdict]] = field(default_factory=dict)  # pod key -> (vpa, last verdict)
     conflicts: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pod key -> the VPAs claiming it
     blocked: dict[str, Blocked] = field(default_factory=dict)  # uid -> the resize refused or put off
-    sent: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(default_factory=dict)  # uid -> (vpa, targets) sent through pods/resize
-    on_blocked: Callable[[str, str, Blocked], None] | None = None  # (pod key, uid, what) when a resize became blocked
-    on_conflict: Callable[[str, str, tuple[str, ...]], None] | None = None  # (pod key, uid, VPAs) when it starts
-    on_state: Callable[[ActuatorState], None] | None = None  # persist `applied` and `blocked` when they change
-    ooms: dict[str, dict[str, tuple[float, int | None]]] = field(default_factory=dict)  # pod key -> container -> (when, local memory target)
+    sent: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(
+        default_factory=dict
+    )  # uid -> (vpa, targets) sent through pods/resize
+    on_blocked: Callable[[str, str, Blocked], None] | None = (
+        None  # (pod key, uid, what) when a resize became blocked
+    )
+    on_conflict: Callable[[str, str, tuple[str, ...]], None] | None = (
+        None  # (pod key, uid, VPAs) when it starts
+    )
+    on_state: Callable[[ActuatorState], None] | None = (
+        None  # persist `applied` and `blocked` when they change
+    )
+    ooms: dict[str, dict[str, tuple[float, int | None]]] = field(
+        default_factory=dict
+    )  # pod key -> container -> (when, local memory target)
     record: bool = False  # keep, per pod, the VPA and every container's clamped target (for `explain`)
     records: dict[str, tuple[VPA, tuple[ContainerTarget, ...]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -149,7 +166,9 @@ class VPASource:
             if not self.propose_changes:
                 self._kubelet_outcome(pod, raw, res.vpa.key)
             if not self.enabled:
-                self._verdict(pod.key, res.vpa.key, Verdict(False, "VPA changes are off on this node (panic button)"))
+                self._verdict(
+                    pod.key, res.vpa.key, Verdict(False, "VPA changes are off on this node (panic button)")
+                )
                 return self._proposal(kept, "kept from before the panic button") if kept else None
             usage = self.usage.get(pod.key, {}) if self.usage is not None else None
             vpa, oomed = self._after_local_oom(res.vpa, pod.key)
@@ -208,7 +227,10 @@ class VPASource:
             # no condition: accepted if the spec holds what was sent; a resize the API server refused
             # never reached the spec and stays blocked
             spec = {t.container: target_values(t) for t in asked}
-            if all(spec.get(t.container) == target_values(t) for t in sent[1]) and self.blocked.pop(pod.uid, None) is not None:
+            if (
+                all(spec.get(t.container) == target_values(t) for t in sent[1])
+                and self.blocked.pop(pod.uid, None) is not None
+            ):
                 self._persist()
             return
         self._block(pod.key, pod.uid, Blocked(sent[0], sent[1], *pending))
@@ -237,7 +259,9 @@ class VPASource:
         with self._lock:
             self.ooms.setdefault(key, {})[container] = (self.now(), memory)
 
-    def refused(self, uid: str, key: str, vpa: str, targets: tuple[ContainerTarget, ...], message: str) -> None:
+    def refused(
+        self, uid: str, key: str, vpa: str, targets: tuple[ContainerTarget, ...], message: str
+    ) -> None:
         """The API server refused the pods/resize itself (not enough allocatable on the node, invalid):
         Infeasible, as when the kubelet says so."""
         with self._lock:
@@ -326,7 +350,10 @@ def _quick_oom(raw: Mapping[str, Any]) -> bool:
         last = cs.get("lastState") if isinstance(cs, Mapping) else None
         term = last.get("terminated") if isinstance(last, Mapping) else None
         if isinstance(term, Mapping) and term.get("reason") == "OOMKilled":
-            started, finished = parse_timestamp(term.get("startedAt")), parse_timestamp(term.get("finishedAt"))
+            started, finished = (
+                parse_timestamp(term.get("startedAt")),
+                parse_timestamp(term.get("finishedAt")),
+            )
             if started is not None and finished is not None and finished - started < QUICK_OOM_S:
                 return True
     return False

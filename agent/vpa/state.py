@@ -18,14 +18,20 @@ def load(state_dir: Path) -> tuple[ActuatorState, str | None]:
     except FileNotFoundError:
         return ActuatorState(), None
     except OSError as err:
-        return ActuatorState(), f"{path}: {err.strerror}; VPA targets applied before the restart are decided again"
+        return (
+            ActuatorState(),
+            f"{path}: {err.strerror}; VPA targets applied before the restart are decided again",
+        )
     try:
         return loads(data), None
     except ValueError as err:
         aside = path.with_name(path.name + ".bad")
         with contextlib.suppress(OSError):  # a file that cannot even be moved is decided again all the same
             path.replace(aside)
-        return ActuatorState(), f"{path}: {err}; set aside as {aside.name}, VPA targets applied before the restart are decided again"
+        return (
+            ActuatorState(),
+            f"{path}: {err}; set aside as {aside.name}, VPA targets applied before the restart are decided again",
+        )
 
 
 def save(state_dir: Path, state: ActuatorState) -> None:

@@ -10,17 +10,8 @@ import pytest
 
 from agent.core.model import ContainerKind, ContainerView, Resources
 from agent.pods.sources.limitrange_rules import parse_all
-from agent.vpa.admission import (
-    ContainerBounds,
-    Owner,
-    admission_params,
-    admitted_containers,
-    container_bounds,
-    limit_range_capped,
-    owner_for,
-    param_object,
-    rivals_of,
-)
+from agent.vpa.admission import Owner, admission_params, owner_for, param_object, rivals_of
+from agent.vpa.admission_pod import ContainerBounds, admitted_containers, container_bounds, limit_range_capped
 from agent.vpa.parse import parse_vpa
 from agent.vpa.policy import Options
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from agent.admission.keeper import Keeper
+from agent.daemon.vpa_admission import Keeper
 from agent.infra.apiserver import APIServer
 from agent.infra.metrics import Metrics
 from agent.vpa.policy import Options

@@ -1,5 +1,5 @@
 """Every VPA admission parameter object the cluster should hold, from raw VPAs, workloads and LimitRanges
-(pure: agent.admission.keeper reads and writes; agent.vpa.admission computes one object).
+(pure: agent.daemon.vpa_admission reads and writes; agent.vpa.admission computes one object).
 
 Only VPAs that opt in (annotation kube-cgroup-agent.io/vpa-actuator: node, or `actuateAll`) get one: a
 cluster may run VPA's own admission controller for the others, and one opt-in covers both the node's

@@ -1,5 +1,5 @@
 """The keeper: watches VPAs, their workloads, LimitRanges and its own parameter objects, and writes what
-agent.admission.desired says the cluster should hold (one Deployment replica, off the pods' critical path:
+agent.vpa.admission_cluster says the cluster should hold (one Deployment replica, off the pods' critical path:
 when it is down, the policy keeps reading the objects as they last were, as VPA's webhook falls back to
 the recommendation cached in the VPA object).
 
@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from agent.admission.desired import TARGETS, Key, desired, differs, trimmer
 from agent.daemon.objects import ObjectCache, Threads
 from agent.infra.apiserver import APIServer, path
 from agent.infra.logging import get_logger
@@ -23,9 +22,10 @@ from agent.infra.metrics import Metrics
 from agent.kube.errors import APIError, APINotFound, wrap
 from agent.kube.trim import without_managed_fields
 from agent.vpa.admission import GROUP, PARAMS_LABEL, PLURAL, VERSION
+from agent.vpa.admission_cluster import TARGETS, Key, desired, differs, trimmer
 from agent.vpa.policy import Options
 
-log = get_logger("agent.admission.keeper")
+log = get_logger("agent.daemon.vpa_admission")
 
 FIELD_MANAGER: Final = "kube-cgroup-agent-vpa-admission"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
