@@ -155,9 +155,11 @@ def explain_admission(pod_file: str, vpa_file: str | None, output: str, opts: Op
     meta = pod.get("metadata") or {}
     name = f"{pod.get('kind', 'Pod')} {meta.get('namespace') or 'default'}/{meta.get('name') or meta.get('generateName') or '<unnamed>'}"
     if output == "json":
-        from agent.vpa.admission import param_object
+        from agent.vpa.admission import entry
 
-        print(json.dumps([param_object(d)["spec"] | {"vpa": d.vpa} for d in decisions], indent=2))
+        print(
+            json.dumps([entry(d) | {"target": d.target, "skipped": d.skipped} for d in decisions], indent=2)
+        )
     else:
         print(_render(name, decisions, _candidates(pod)))
     return 0

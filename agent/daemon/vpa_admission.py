@@ -160,7 +160,7 @@ class Keeper:
         for key, obj in sorted(want.objects.items()):
             if key not in have or differs(have[key], obj):
                 ok = self._apply(key, obj) and ok
-        for key in sorted(set(have) - set(want.objects) - want.unknown):
+        for key in sorted(k for k in set(have) - set(want.objects) if k[0] not in want.unknown):
             ok = self._delete(key) and ok
         self.passes += 1
         return ok
@@ -180,15 +180,14 @@ class Keeper:
         except Exception as err:  # every transport and API error: logged, tried again
             e = err if isinstance(err, APIError) else wrap(f"apply VPAAdmissionParams {ns}/{name}", err)
             self.metrics.errors.labels(type(e).__name__).inc()
-            log.warning("keeper.apply_failed", namespace=ns, vpa=name, error=str(e))
+            log.warning("keeper.apply_failed", namespace=ns, name=name, error=str(e))
             return False
         spec = obj.get("spec") or {}
         log.info(
             "keeper.applied",
             namespace=ns,
-            vpa=name,
-            skipped=spec.get("skipped") or None,
-            containers=[c["name"] for c in spec.get("containers") or () if c["to"]["requests"]],
+            workloads={k: e["vpa"] for k, e in (spec.get("workloads") or {}).items()},
+            skipped={s["vpa"]: s["reason"] for s in spec.get("skipped") or ()},
         )
         return True
 
@@ -201,7 +200,7 @@ class Keeper:
             if isinstance(e, APINotFound):
                 return True
             self.metrics.errors.labels(type(e).__name__).inc()
-            log.warning("keeper.delete_failed", namespace=ns, vpa=name, error=str(e))
+            log.warning("keeper.delete_failed", namespace=ns, name=name, error=str(e))
             return False
-        log.info("keeper.deleted", namespace=ns, vpa=name)
+        log.info("keeper.deleted", namespace=ns, name=name)
         return True

@@ -1,8 +1,8 @@
 """What the MutatingAdmissionPolicy of deploy/vpa-admission sets on a new pod of a VPA's target (pure).
 
 The policy's CEL copies values; this module computes them, with the node's own rules (agent.vpa.policy),
-into one parameter object per VPA (`VPAAdmissionParams`) that the keeper (agent.daemon.vpa_admission)
-keeps up to date:
+into one parameter object per namespace (`VPAAdmissionParams` named `vpa-admission`, an entry per VPA's
+workload) that the keeper (agent.daemon.vpa_admission) keeps up to date:
 
 - `from`: each container's requests and limits as the pod reaches the policy, its template after the
   API server's defaulting (a request defaults to its limit, SetDefaults_Pod) and the LimitRanger's
@@ -42,7 +42,8 @@ GROUP: Final = "kube-cgroup-agent.io"
 VERSION: Final = "v1alpha1"
 KIND: Final = "VPAAdmissionParams"
 PLURAL: Final = "vpaadmissionparams"
-PARAMS_LABEL: Final = f"{GROUP}/vpa-admission"  # on every parameter object: the binding selects by it
+NAME: Final = "vpa-admission"  # the one object of a namespace: the binding's paramRef names it
+PARAMS_LABEL: Final = f"{GROUP}/vpa-admission"  # on every parameter object the keeper writes
 UPDATES_ANNOTATION: Final = "vpaUpdates"  # VPA's admission controller's own annotations
 OBSERVED_ANNOTATION: Final = "vpaObservedContainers"
 
@@ -97,6 +98,7 @@ class AdmissionParams:
     namespace: str
     vpa: str
     vpa_uid: str
+    target: str  # target_key of the VPA's targetRef
     owner: Owner | None
     containers: tuple[ParamContainer, ...] = ()
     updates: str = ""
@@ -191,7 +193,9 @@ def _capping_notes(
 
 
 def _skip(vpa: VPA, uid: str, owner: Owner | None, why: str) -> AdmissionParams:
-    return AdmissionParams(vpa.namespace, vpa.name, uid, owner, skipped=why)
+    return AdmissionParams(
+        vpa.namespace, vpa.name, uid, target_key(vpa.target_kind, vpa.target_name), owner, skipped=why
+    )
 
 
 def admission_params(
@@ -273,6 +277,7 @@ def admission_params(
         vpa.namespace,
         vpa.name,
         uid,
+        target_key(vpa.target_kind, vpa.target_name),
         owner,
         tuple(containers),
         f"Pod resources updated by {vpa.name}: " + "; ".join(updates),
@@ -288,13 +293,16 @@ def rivals_of(vpas: Iterable[VPA]) -> dict[str, tuple[str, ...]]:
     return {k: tuple(o for o in keys if o != k) for keys in by_target.values() for k in keys}
 
 
-def param_object(p: AdmissionParams) -> dict[str, Any]:
-    """The parameter object as the API stores it (named after its VPA, owned by it: deleting the VPA,
-    or its CRD, deletes it)."""
-    owner = {"kind": p.owner.kind, "name": p.owner.name, "via": p.owner.via} if p.owner is not None else None
-    spec: dict[str, Any] = {
+def target_key(kind: str, name: str) -> str:
+    """How the namespace's object names a workload ("Deployment/web"): the policy derives the same key
+    from a new pod's controller reference."""
+    return f"{kind}/{name}"
+
+
+def entry(p: AdmissionParams) -> dict[str, Any]:
+    """One workload's entry: what the policy sets on its new pods."""
+    return {
         "vpa": p.vpa,
-        "skipped": p.skipped,
         "containers": [
             {
                 "name": c.name,
@@ -306,14 +314,20 @@ def param_object(p: AdmissionParams) -> dict[str, Any]:
         "updates": p.updates,
         "observed": p.observed,
     }
-    if owner is not None:
-        spec["owner"] = owner
+
+
+def namespace_object(namespace: str, params: Sequence[AdmissionParams]) -> dict[str, Any]:
+    """The namespace's one parameter object (the policy is evaluated once per object of the namespace, so
+    one object keeps a pod's creation cost flat however many VPAs the namespace has). `workloads`: by
+    target, what to set; `skipped`: the VPAs whose pods are left as they are, and why. Owned by every VPA
+    in it: the object goes when the last one does (the VPA CRD removed, the namespace's VPAs deleted)."""
+    ordered = sorted(params, key=lambda p: p.vpa)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
         "metadata": {
-            "name": p.vpa,
-            "namespace": p.namespace,
+            "name": NAME,
+            "namespace": namespace,
             "labels": {PARAMS_LABEL: "true"},
             "ownerReferences": [
                 {
@@ -322,7 +336,13 @@ def param_object(p: AdmissionParams) -> dict[str, Any]:
                     "name": p.vpa,
                     "uid": p.vpa_uid,
                 }
+                for p in ordered
             ],
         },
-        "spec": spec,
+        "spec": {
+            "workloads": {p.target: entry(p) for p in ordered if not p.skipped},
+            "skipped": [
+                {"vpa": p.vpa, "target": p.target, "reason": p.skipped} for p in ordered if p.skipped
+            ],
+        },
     }

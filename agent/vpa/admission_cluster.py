@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agent.pods.sources.limitrange_rules import parse_all
-from agent.vpa.admission import DEFAULT_OPTIONS, admission_params, param_object, rivals_of
+from agent.vpa.admission import (
+    DEFAULT_OPTIONS,
+    NAME,
+    AdmissionParams,
+    admission_params,
+    namespace_object,
+    rivals_of,
+)
 from agent.vpa.model import VPA, VPAParseError
 from agent.vpa.parse import parse_vpa
 from agent.vpa.policy import Options
@@ -61,12 +68,12 @@ def trimmer(kind: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Desired:
-    """The parameter objects to hold, by (namespace, VPA name); `unknown`: VPAs whose target's kind could
-    not be listed (their objects are left as they are); `problems`: one line per VPA or LimitRange that
-    cannot be read."""
+    """The parameter objects to hold, one per namespace with a VPA that opts in, by (namespace, name);
+    `unknown`: namespaces with a VPA whose target's kind could not be listed (their objects are left as
+    they are); `problems`: one line per VPA or LimitRange that cannot be read."""
 
     objects: Mapping[Key, Mapping[str, Any]]
-    unknown: frozenset[Key]
+    unknown: frozenset[str]
     problems: tuple[str, ...]
 
 
@@ -99,17 +106,16 @@ def desired(
         objs.sort(key=lambda o: str((o.get("metadata") or {}).get("name") or ""))
     ranges, lr_problems = parse_all(o for objs in lr_objects.values() for o in objs)
     problems.extend(lr_problems)
-    objects: dict[Key, Mapping[str, Any]] = {}
-    unknown: set[Key] = set()
+    by_namespace: dict[str, list[AdmissionParams]] = {}
+    unknown: set[str] = set()
     for vpa, uid in vpas:
         if not vpa.opted_in and not opts.actuate_all:
             continue
-        key = (vpa.namespace, vpa.name)
         spec: Mapping[str, Any] | None = None
         if vpa.target_kind in TARGETS:
             listed = workloads.get(vpa.target_kind)
             if listed is None:
-                unknown.add(key)
+                unknown.add(vpa.namespace)
                 continue
             found = listed.get((vpa.namespace, vpa.target_name))
             spec = found.get("template") if found is not None else None
@@ -122,7 +128,8 @@ def desired(
             rivals.get(vpa.key, ()),
             opts,
         )
-        objects[key] = param_object(params)
+        by_namespace.setdefault(vpa.namespace, []).append(params)
+    objects = {(ns, NAME): namespace_object(ns, ps) for ns, ps in by_namespace.items() if ns not in unknown}
     return Desired(objects, frozenset(unknown), tuple(problems))
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from agent.core.model import ContainerKind, ContainerView, Resources
 from agent.pods.sources.limitrange_rules import parse_all
-from agent.vpa.admission import Owner, admission_params, owner_for, param_object, rivals_of
+from agent.vpa.admission import Owner, admission_params, namespace_object, owner_for, rivals_of
 from agent.vpa.admission_pod import ContainerBounds, admitted_containers, container_bounds, limit_range_capped
 from agent.vpa.parse import parse_vpa
 from agent.vpa.policy import Options
@@ -229,9 +229,13 @@ def test_rivals_are_vpas_of_the_same_target_in_the_namespace() -> None:
     assert rivals_of([a, b, c]) == {"ns/a": ("ns/b",), "ns/b": ("ns/a",), "ns/c": ()}
 
 
-def test_param_object_is_owned_by_its_vpa_and_selected_by_the_binding() -> None:
-    obj = param_object(params(vpa(), BURSTABLE))
-    assert obj["metadata"]["ownerReferences"] == [{"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "name": "web", "uid": "uid-1"}]
-    assert obj["metadata"]["labels"] == {"kube-cgroup-agent.io/vpa-admission": "true"}
-    assert obj["spec"]["owner"] == {"kind": "ReplicaSet", "name": "web", "via": "Deployment"}
-    assert obj["spec"]["containers"][1] == {"name": "side", "from": {"requests": {"cpu": "50m"}, "limits": {}}, "to": {"requests": {}, "limits": {}}}
+def test_one_object_per_namespace_owned_by_each_of_its_vpas() -> None:
+    web, off = params(vpa(), BURSTABLE), params(vpa(mode="Off", name="batch", kind="Job"), BURSTABLE)
+    obj = namespace_object("ns", [web, off])
+    assert obj["metadata"]["name"] == "vpa-admission" and obj["metadata"]["namespace"] == "ns"
+    assert [(r["name"], r["uid"]) for r in obj["metadata"]["ownerReferences"]] == [("batch", "uid-1"), ("web", "uid-1")]
+    assert list(obj["spec"]["workloads"]) == ["Deployment/web"]  # what the policy may set, by target
+    assert obj["spec"]["skipped"] == [{"vpa": "batch", "target": "Job/web", "reason": "updateMode Off"}]
+    app, side = obj["spec"]["workloads"]["Deployment/web"]["containers"]
+    assert side == {"name": "side", "from": {"requests": {"cpu": "50m"}, "limits": {}}, "to": {"requests": {}, "limits": {}}}
+    assert app["to"]["requests"] == {"cpu": "250m", "memory": str(200 * MI)}
