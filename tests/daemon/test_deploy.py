@@ -27,7 +27,11 @@ MODELS = {
     "CustomResourceDefinition": "V1CustomResourceDefinition",
     "ValidatingAdmissionPolicy": "V1ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding": "V1ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy": "V1MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding": "V1MutatingAdmissionPolicyBinding",
+    "Deployment": "V1Deployment",
 }
+KEEPER = "kube-cgroup-agent-vpa-admission"  # deploy/vpa-admission: the VPA admission keeper
 
 
 def _model(doc: dict[str, Any]) -> Any:
@@ -42,17 +46,23 @@ def test_a_broken_document_is_refused_by_the_models() -> None:
         _model(broken)
 
 
-def _one(kind: str) -> Any:
-    [doc] = [d for d in DOCS if d["kind"] == kind]
+def _one(kind: str, name: str = "kube-cgroup-agent") -> Any:
+    [doc] = [d for d in DOCS if d["kind"] == kind and d["metadata"]["name"] == name]
     return _model(doc)
 
 
 def test_every_document_is_a_valid_object_of_its_kind() -> None:
-    assert sorted(d["kind"] for d in DOCS) == sorted(MODELS)
-    for doc in DOCS:
-        obj = _model(doc)
-        expected = "recommendationpartials.kube-cgroup-agent.io" if doc["kind"] == "CustomResourceDefinition" else "kube-cgroup-agent"
-        assert obj.metadata.name == expected
+    assert {d["kind"] for d in DOCS} == set(MODELS)
+    names = sorted((d["kind"], _model(d).metadata.name) for d in DOCS)
+    assert names == sorted([
+        *((k, "kube-cgroup-agent") for k in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
+                                              "DaemonSet", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")),
+        ("CustomResourceDefinition", "recommendationpartials.kube-cgroup-agent.io"),
+        ("CustomResourceDefinition", "vpaadmissionparams.kube-cgroup-agent.io"),
+        ("MutatingAdmissionPolicy", "kube-cgroup-agent-vpa"),
+        ("MutatingAdmissionPolicyBinding", "kube-cgroup-agent-vpa"),
+        *((k, KEEPER) for k in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment")),
+    ])
 
 
 def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
@@ -108,6 +118,29 @@ def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
     assert [(s.kind, s.name, s.namespace) for s in binding.subjects] == [
         ("ServiceAccount", "kube-cgroup-agent", "kube-cgroup-agent")
     ]
+
+
+def test_the_vpa_admission_keeper_reads_workloads_and_writes_only_its_own_objects() -> None:
+    role = _one("ClusterRole", KEEPER)
+    granted = {(g, r, v) for rule in role.rules for g in rule.api_groups for r in rule.resources for v in rule.verbs}
+    read = {(g, r, v) for g, rs in (("autoscaling.k8s.io", ["verticalpodautoscalers"]), ("", ["limitranges", "replicationcontrollers"]),
+                                    ("apps", ["deployments", "statefulsets", "daemonsets", "replicasets"]), ("batch", ["jobs", "cronjobs"]))
+            for r in rs for v in ("list", "watch")}
+    own = {("kube-cgroup-agent.io", "vpaadmissionparams", v) for v in ("list", "watch", "create", "patch", "delete")}
+    assert granted == read | own
+    assert all(not r.resource_names and not r.non_resource_urls for r in role.rules)
+    binding = _one("ClusterRoleBinding", KEEPER)
+    assert binding.role_ref.name == KEEPER
+    assert [(s.kind, s.name, s.namespace) for s in binding.subjects] == [("ServiceAccount", KEEPER, "kube-cgroup-agent")]
+    deployment = _one("Deployment", KEEPER)
+    spec = deployment.spec.template.spec
+    assert deployment.spec.replicas == 1 and spec.service_account_name == KEEPER
+    assert spec.security_context.run_as_non_root is True and spec.security_context.run_as_user == 65534
+    [c] = spec.containers
+    assert c.args[0] == "vpa-admission" and not c.ports
+    sc = c.security_context
+    assert sc.allow_privilege_escalation is False and sc.read_only_root_filesystem is True and sc.capabilities.drop == ["ALL"]
+    assert not spec.host_network and not spec.host_pid and not spec.volumes
 
 
 def test_the_daemonset_runs_everywhere_with_only_the_privileges_it_needs() -> None:
