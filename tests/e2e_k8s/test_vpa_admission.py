@@ -224,16 +224,23 @@ def test_pods_are_created_unchanged(namespaces: None, case: str) -> None:
 
 
 def test_a_pod_beyond_the_limitrange_is_created_within_it(namespaces: None) -> None:
+    """Two LimitRanges: one with maximums, one with defaults for a container that sets nothing (the
+    LimitRanger fills them in before the policy runs: the keeper's `from` must say the same)."""
     name = "bounded"
     _apply({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "bounds", "namespace": NS_LR},
             "spec": {"limits": [{"type": "Container", "max": {"cpu": "1", "memory": "400Mi"}}]}},
-           _workload("Deployment", name, [_container("app", {"cpu": "100m", "memory": "100Mi"}, {"cpu": "200m", "memory": "300Mi"})], ns=NS_LR),
+           {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "defaults", "namespace": NS_LR},
+            "spec": {"limits": [{"type": "Container", "default": {"cpu": "500m", "memory": "64Mi"},
+                                 "defaultRequest": {"cpu": "10m", "memory": "32Mi"}}]}},
+           _workload("Deployment", name, [_container("app", {"cpu": "100m", "memory": "100Mi"}, {"cpu": "200m", "memory": "300Mi"}),
+                                          _container("side")], ns=NS_LR),
            _vpa(name, name, "Auto", ns=NS_LR))
-    _recommend(name, NS_LR, app={"cpu": "2", "memory": "1Gi"}, side=None)
+    _recommend(name, NS_LR, app={"cpu": "2", "memory": "1Gi"}, side={"cpu": "20m", "memory": "40Mi"})
     _param_says(name, NS_LR)
     pod = _scaled_pod("Deployment", name, NS_LR)
-    # cpu: 100m × 1000m / 200m = 500m (limit 1); memory: floor(100Mi × 400Mi / 300Mi) (limit 3× that <= 400Mi)
-    assert _by_name(pod) == {"app": (500, 139810133, 1000, 3 * 139810133)}
+    # app, cpu: 100m × 1000m / 200m = 500m (limit 1); memory: floor(100Mi × 400Mi / 300Mi) (limit 3× that <= 400Mi);
+    # side, from the defaults 10m/500m and 32Mi/64Mi: 20m (limit 1000m, the max) and 40Mi (limit 80Mi)
+    assert _by_name(pod) == {"app": (500, 139810133, 1000, 3 * 139810133), "side": (20, 40 * MI, 1000, 80 * MI)}
     kubectl("-n", NS_LR, "scale", "deployment", name, "--replicas=0")
 
 
