@@ -88,14 +88,18 @@ V2_FILES = ("cpu.stat", "memory.current", "memory.stat", "memory.peak", "memory.
 
 
 # What a tick reads, in this order (the sampler keeps these files open): the counters every sample needs.
-# cpu.stat on v1 only matters to a starvation-aware CPU sample; the OOM-kill counter is read every few
-# ticks (it only counts up, so no kill is missed, and the OOM sample's memory is the peak, which the
-# kernel keeps); the peak only to an OOM sample, read then.
-V1_EACH_TICK = ("cpuacct.usage", "memory.usage_in_bytes", "memory.stat")
+# cpu.stat on v1 only matters to a starvation-aware CPU sample. memory.stat, for the inactive file pages
+# a working set leaves out, is read every few ticks: it is the costliest file for the kernel to print (a
+# hundred lines), and those pages move slowly; the usage is read every tick, so no peak is missed. The
+# OOM-kill counter is read every few ticks (it only counts up, so no kill is missed, and the OOM sample's
+# memory is the peak, which the kernel keeps); the peak only to an OOM sample, read then.
+V1_EACH_TICK = ("cpuacct.usage", "memory.usage_in_bytes")
+V1_STAT = "memory.stat"
 V1_THROTTLING = "cpu.stat"
 V1_OOM = "memory.oom_control"
 V1_PEAK = "memory.max_usage_in_bytes"
-V2_EACH_TICK = ("cpu.stat", "memory.current", "memory.stat")
+V2_EACH_TICK = ("cpu.stat", "memory.current")
+V2_STAT = "memory.stat"
 V2_OOM = "memory.events"
 V2_PEAK = "memory.peak"
 
@@ -138,20 +142,28 @@ def oom_kills(data: bytes | None) -> int | None:
     return field_bytes(data, b"\noom_kill ")
 
 
-def values_v1(data: Sequence[bytes | None], kills: int | None) -> Reading:
-    """`data` holds V1_EACH_TICK's files, then cpu.stat when it was read; `kills` the OOM-kill counter."""
-    cpu_usage, usage, stat = data[0], data[1], data[2]
-    periods = throttled = None
-    if len(data) > 3 and (cpu_stat := data[3]) is not None:
-        periods, throttled = field_bytes(cpu_stat, b"\nnr_periods "), field_bytes(cpu_stat, b"\nnr_throttled ")
+def inactive_v1(stat: bytes | None) -> int | None:
+    """The inactive file pages of v1's memory.stat (the hierarchy's total, else the cgroup's own)."""
     inactive = field_bytes(stat, b"\ntotal_inactive_file ")
-    if inactive is None:
-        inactive = field_bytes(stat, b"\ninactive_file ")
+    return inactive if inactive is not None else field_bytes(stat, b"\ninactive_file ")
+
+
+def inactive_v2(stat: bytes | None) -> int | None:
+    return field_bytes(stat, b"\ninactive_file ")
+
+
+def values_v1(data: Sequence[bytes | None], inactive: int | None, kills: int | None) -> Reading:
+    """`data` holds V1_EACH_TICK's files, then cpu.stat when it was read; `inactive` and `kills` the
+    counters read less often (memory.stat's inactive file pages, the OOM-kill counter)."""
+    cpu_usage, usage = data[0], data[1]
+    periods = throttled = None
+    if len(data) > 2 and (cpu_stat := data[2]) is not None:
+        periods, throttled = field_bytes(cpu_stat, b"\nnr_periods "), field_bytes(cpu_stat, b"\nnr_throttled ")
     return (int_bytes(cpu_usage), periods, throttled, int_bytes(usage), inactive, None, kills)
 
 
-def values_v2(data: Sequence[bytes | None], kills: int | None) -> Reading:
-    """`data` holds V2_EACH_TICK's files; `kills` the OOM-kill counter."""
+def values_v2(data: Sequence[bytes | None], inactive: int | None, kills: int | None) -> Reading:
+    """`data` holds V2_EACH_TICK's files; `inactive` and `kills` as for values_v1."""
     cpu_stat = data[0]
     usage_usec = field_bytes(cpu_stat, b"\nusage_usec ")
     return (
@@ -159,18 +171,18 @@ def values_v2(data: Sequence[bytes | None], kills: int | None) -> Reading:
         field_bytes(cpu_stat, b"\nnr_periods "),
         field_bytes(cpu_stat, b"\nnr_throttled "),
         int_bytes(data[1]),
-        field_bytes(data[2], b"\ninactive_file "),
+        inactive,
         None,
         kills,
     )
 
 
-def counters_v1(data: Sequence[bytes | None], oom: bytes | None) -> Counters:
-    return Counters(*values_v1(data, oom_kills(oom)))
+def counters_v1(data: Sequence[bytes | None], stat: bytes | None, oom: bytes | None) -> Counters:
+    return Counters(*values_v1(data, inactive_v1(stat), oom_kills(oom)))
 
 
-def counters_v2(data: Sequence[bytes | None], oom: bytes | None) -> Counters:
-    return Counters(*values_v2(data, oom_kills(oom)))
+def counters_v2(data: Sequence[bytes | None], stat: bytes | None, oom: bytes | None) -> Counters:
+    return Counters(*values_v2(data, inactive_v2(stat), oom_kills(oom)))
 
 
 class Observation(NamedTuple):

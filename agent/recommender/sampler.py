@@ -5,9 +5,10 @@ it builds is confined to the kubepods subtrees and the sampler never writes.
 Why the files stay open: a path read walks and re-checks every directory component, which at a thousand
 containers a second was most of the agent's sampling cost; each container's counter files are opened once
 through that same confinement (`cgroupfs.pinned`) and read with pread until the container goes. A tick
-reads only what its samples need, and keeps a plain tuple per container rather than objects; the OOM-kill
-counter, which only counts up, every `oom_every` ticks per container (spread over the ticks): a kill is
-seen a few seconds later, never missed, and its sample's memory is the peak the kernel kept."""
+reads only what its samples need, and keeps a plain tuple per container rather than objects; memory.stat
+(the inactive file pages a working set leaves out) every `stat_every` ticks, the usage every tick; the
+OOM-kill counter, which only counts up, every `oom_every` ticks per container (both spread over the ticks):
+a kill is seen a few seconds later, never missed, and its sample's memory is the peak the kernel kept."""
 
 from __future__ import annotations
 
@@ -23,13 +24,17 @@ from agent.recommender.counters import (
     V1_FILES,
     V1_OOM,
     V1_PEAK,
+    V1_STAT,
     V1_THROTTLING,
     V2_EACH_TICK,
     V2_FILES,
     V2_OOM,
     V2_PEAK,
+    V2_STAT,
     Reading,
     cpu_value,
+    inactive_v1,
+    inactive_v2,
     int_bytes,
     oom_kills,
     rates,
@@ -45,6 +50,7 @@ from cgroupfs.pinned import Group, PinnedFiles, pinned_reader
 from cgroupfs.types import CgroupName, DriverKind
 
 OOM_EVERY = 10  # ticks between reads of a container's OOM-kill counter
+STAT_EVERY = 5  # ticks between reads of a container's memory.stat (its inactive file pages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,29 +114,38 @@ def reader_for(cgroupfs: Path, cgroup_root: CgroupName, driver: DriverKind, hier
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """What one target's tick reads: the files kept open, where each counter file sits among them (None
-    when all are there, in order), the OOM-kill counter's file (kept open, read every few ticks) and the
-    peak file, read by path only on an OOM."""
+    when all are there, in order), memory.stat and the OOM-kill counter's file (kept open, each read every
+    few ticks) and the peak file, read by path only on an OOM."""
 
     each_tick: Group
     slots: tuple[int | None, ...] | None
+    stat: Group | None
     oom: Group | None
     peak: str | None
+    v2: bool
 
 
 def _plan(t: Target, starvation: bool) -> _Plan:
     paths = dict(t.files)
     if t.v2:
         names: tuple[str, ...] = V2_EACH_TICK
-        oom, peak = V2_OOM, V2_PEAK
+        stat, oom, peak = V2_STAT, V2_OOM, V2_PEAK
     else:
         names = (*V1_EACH_TICK, V1_THROTTLING) if starvation else V1_EACH_TICK
-        oom, peak = V1_OOM, V1_PEAK
+        stat, oom, peak = V1_STAT, V1_OOM, V1_PEAK
     present = tuple(paths[n] for n in names if n in paths)
     slots = None
     if len(present) < len(names):  # a hierarchy without the controller: those counters are None
         index = {p: i for i, p in enumerate(present)}
         slots = tuple(index[paths[n]] if n in paths else None for n in names)
-    return _Plan(present, slots, (paths[oom],) if oom in paths else None, paths.get(peak))
+    return _Plan(
+        present,
+        slots,
+        (paths[stat],) if stat in paths else None,
+        (paths[oom],) if oom in paths else None,
+        paths.get(peak),
+        t.v2,
+    )
 
 
 def _warn(message: str) -> None:
@@ -149,6 +164,7 @@ class _Track:
     plan: _Plan
     seen: int
     oom_due: int  # the tick that reads the OOM-kill counter next
+    stat_due: int  # the tick that reads memory.stat next
     at: float = 0.0
     reading: Reading | None = None
 
@@ -162,6 +178,7 @@ class Sampler:
     starvation: bool = False
     throttle_threshold: float = 0.2
     oom_every: int = OOM_EVERY
+    stat_every: int = STAT_EVERY
     _tracks: dict[tuple[tuple[str, str], ...], _Track] = field(default_factory=dict)
     _ticks: int = 0
     _pinned: PinnedFiles | None = None
@@ -173,7 +190,7 @@ class Sampler:
             pinned = self._pinned = pinned_reader(self.reader, _warn)
         self._ticks += 1
         tick, tracks = self._ticks, self._tracks
-        starvation, threshold, every = self.starvation, self.throttle_threshold, self.oom_every
+        starvation, threshold, every, stat_every = self.starvation, self.throttle_threshold, self.oom_every, self.stat_every
         read = pinned.read
         samples: list[Sample] = []
         oomed: list[Target] = []
@@ -181,7 +198,7 @@ class Sampler:
         for t in wanted:
             track = tracks.get(t.files)
             if track is None:  # its counter read now, then at a place of its own among the ticks
-                track = tracks[t.files] = _Track(_plan(t, starvation), 0, tick)
+                track = tracks[t.files] = _Track(_plan(t, starvation), 0, tick, tick)
             if track.seen != tick:
                 seen += 1
             plan = track.plan
@@ -194,7 +211,14 @@ class Sampler:
                 total = oom_kills(read(plan.oom)[0]) if plan.oom is not None else None
             else:
                 total = previous[6] if previous is not None else None
-            current = values_v2(data, total) if t.v2 else values_v1(data, total)
+            due = tick >= track.stat_due
+            inactive = previous[4] if previous is not None and not due else None
+            current = values_v2(data, inactive, total) if t.v2 else values_v1(data, inactive, total)
+            usage = current[3]
+            if due or (inactive is not None and usage is not None and inactive > usage):  # read, or no longer true
+                track.stat_due = tick + (stat_every if previous is not None else 1 + len(tracks) % stat_every)
+                stat = read(plan.stat)[0] if plan.stat is not None else None
+                current = (*current[:4], inactive_v2(stat) if plan.v2 else inactive_v1(stat), *current[5:])
             cores, throttled, kills = rates(previous, current, now - track.at)
             track.seen, track.at, track.reading = tick, now, current
             ws = working_set(current)
@@ -209,8 +233,9 @@ class Sampler:
             for files in [f for f, tr in tracks.items() if tr.seen != tick]:  # gone: close its files now
                 plan = tracks.pop(files).plan
                 pinned.forget(plan.each_tick)
-                if plan.oom is not None:
-                    pinned.forget(plan.oom)
+                for group in (plan.stat, plan.oom):
+                    if group is not None:
+                        pinned.forget(group)
         return samples, oomed
 
     def _peak(self, plan: _Plan) -> int | None:

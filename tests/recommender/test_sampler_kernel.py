@@ -85,7 +85,7 @@ def test_samples_match_the_path_reads_and_a_recreated_cgroup_gets_new_descriptor
     sampler, reference = Sampler(root.files), PathSampler(root.files)
     for n in range(3):  # the hog sleeps on its pipe: the counters hold still between the two reads
         assert sampler.tick(T0 + n, [target]) == reference.tick(T0 + n, [target])
-    assert _fds() == with_hog + len(V1_EACH_TICK) + 1  # and the OOM-kill counter
+    assert _fds() == with_hog + len(V1_EACH_TICK) + 2  # and memory.stat and the OOM-kill counter
     memory_ctr = root.path("memory", "pod", "ctr")
     old = os.open(f"{root.cgroupfs}/{memory_ctr}/memory.usage_in_bytes", os.O_RDONLY | os.O_CLOEXEC)
     try:

@@ -112,7 +112,7 @@ def test_samples_are_those_of_the_path_reads(
     root = CgroupName(())
 
     baseline = open_fds()
-    new = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), starvation, oom_every=1)
+    new = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), starvation, oom_every=1, stat_every=1)
     old = PathSampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), starvation)
     for n, step in enumerate(SCRIPT):
         for i in range(3):
@@ -150,7 +150,7 @@ def test_a_cgroup_recreated_under_a_running_target_is_read_anew_and_no_descripto
     root = CgroupName(())
 
     baseline = open_fds()
-    new = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), oom_every=1)
+    new = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), oom_every=1, stat_every=1)
     new._pinned = PinnedFiles(new.reader, budget=1000, pread=stale_pread)
     old = PathSampler(reader_for(tree.root, root, tree.driver, tree.hierarchy))
     wanted = targets(pods, root, tree.driver, tree.hierarchy)
@@ -162,8 +162,8 @@ def test_a_cgroup_recreated_under_a_running_target_is_read_anew_and_no_descripto
             _write(tree, pods, i, (1.0 + n / (4 if i == 0 and n < 3 else 2), 10 * n, n, 300_000_000 - n, 1000 * i, 0))
         now = T0 + 2.0 * n
         assert new.tick(now, wanted) == old.tick(now, wanted), f"tick {n}"
-        assert open_fds() == baseline + new._pinned.open_count and len(new._pinned) == 4
-    assert new._pinned.open_count == 8  # per container: the files of each tick and the OOM-kill counter
+        assert open_fds() == baseline + new._pinned.open_count and len(new._pinned) == 6
+    assert new._pinned.open_count == 8  # per container: the files of each tick, memory.stat, the OOM-kill counter
     new.close()
     assert open_fds() == baseline
 
@@ -241,9 +241,37 @@ def test_descriptors_follow_the_targets(fake_cgroup_tree: Callable[..., FakeCgro
     sampler = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy))
     sampler.tick(T0, all_targets)
     per_container = (open_fds() - baseline) // len(all_targets)
-    assert per_container == 4  # cpuacct.usage, memory.usage_in_bytes, memory.stat, memory.oom_control
+    assert per_container == 4  # cpuacct.usage, memory.usage_in_bytes; memory.stat; memory.oom_control
     sampler.tick(T0 + 1, all_targets[:2])
     assert open_fds() == baseline + 2 * per_container
     sampler.tick(T0 + 2, all_targets)
     sampler.close()
     assert open_fds() == baseline
+
+
+@pytest.mark.parametrize("mode", ["v1", "v2"])
+def test_memory_stat_read_every_few_ticks_and_at_once_when_the_usage_falls_below_it(
+    fake_cgroup_tree: Callable[..., FakeCgroupTree], mode: str
+) -> None:
+    """The usage is read every tick, the inactive file pages (memory.stat) every `stat_every` ticks: a
+    working set is the usage of its tick less the pages of the last memory.stat read. A usage below those
+    pages (they were freed with it) reads memory.stat again at once rather than report a working set of 0."""
+    tree = fake_cgroup_tree(mode)
+    pod, root, every = _pod(0), CgroupName(()), 3
+    name = pod_cgroup_name(root, QOSClass.BURSTABLE, pod.uid)
+    leaves = tree.create(f"{cgroup_dir(name, tree.driver)}/{pod.statuses[0].container_id}")
+    new = Sampler(reader_for(tree.root, root, tree.driver, tree.hierarchy), stat_every=every)
+    wanted = targets([pod], root, tree.driver, tree.hierarchy)
+    # per tick: (usage, inactive file pages); at tick 7 the usage falls below the pages last read
+    script = [(300, 10), (301, 11), (302, 12), (303, 13), (304, 14), (305, 15), (306, 16), (5, 1), (8, 2), (9, 3)]
+    got = []
+    for n, (usage, inactive) in enumerate(script):
+        for leaf in leaves:
+            for file, text in _values(mode, 1.0 + n, 10 * n, 0, usage * 1000, inactive * 1000, 0).items():
+                if mode == "v2" or file.split(".")[0] in leaf.split("/")[0].split(","):
+                    tree.path(f"{leaf}/{file}").write_text(text)
+        [sample] = new.tick(T0 + n, wanted)[0]
+        got.append(int(sample.memory or 0) // 1000)
+    # memory.stat read at tick 0, then (one container: spread to 1 + 1 % 3) at 2, 5; at 7 at once (5 < 15), then 10
+    assert got == [300 - 10, 301 - 10, 302 - 12, 303 - 12, 304 - 12, 305 - 15, 306 - 15, 5 - 1, 8 - 1, 9 - 1]
+    new.close()
