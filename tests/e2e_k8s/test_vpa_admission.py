@@ -2,8 +2,8 @@
 its parameters, kept by the keeper Deployment (both applied by cluster.sh with deploy/overlays/realk8s).
 
 - A Deployment's new pod (scale up), for VPA modes Auto, Initial and InPlaceOrRecreate, is created and
-  scheduled with the recommended requests and proportional limits, its QoS class unchanged; a StatefulSet's
-  and a DaemonSet's pods too.
+  scheduled with the recommended requests and proportional limits, its QoS class unchanged; a StatefulSet's,
+  a DaemonSet's, a Job's and a CronJob's pods too.
 - Mode Off, no recommendation, a VPA of another Deployment, two VPAs, the VPA CRD removed: pods unchanged.
 - A recommendation beyond the namespace's LimitRange: the pod is created within it.
 - The agreement table: 32 rows (modes × controlledValues × container policies × QoS), each a pod created
@@ -263,6 +263,34 @@ def test_statefulset_and_daemonset_pods_are_covered(namespaces: None) -> None:
     assert fresh[0]["metadata"]["annotations"]["vpaObservedContainers"] == "app, side"
     kubectl("-n", NS, "delete", "daemonset", "everywhere", "--wait=false")
     kubectl("-n", NS, "scale", "statefulset", "ring", "--replicas=0")
+
+
+def _job_template(containers: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"metadata": {"labels": {"app": "batch"}}, "spec": {**_pod_spec(containers), "restartPolicy": "Never"}}
+
+
+def test_job_and_cronjob_pods_are_covered(namespaces: None) -> None:
+    """A Job's pod (its controller is the Job), and a CronJob's (its Job is named <cronjob>-<digits>, as
+    the CronJob controller names them; made here with `kubectl create job --from`, which names it so)."""
+    _apply({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly", "namespace": NS},
+            "spec": {"schedule": "0 0 1 1 *", "suspend": True, "jobTemplate": {"spec": {"template": _job_template(BURSTABLE)}}}},
+           _vpa("nightly", "nightly", "Initial", kind="CronJob"))
+    _recommend("nightly")
+    _param_says("nightly")
+    _apply({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "once", "namespace": NS},
+            "spec": {"suspend": True, "template": _job_template(BURSTABLE)}},
+           _vpa("once", "once", "Initial", kind="Job"))
+    _recommend("once")
+    _param_says("once")
+    kubectl("-n", NS, "patch", "job", "once", "--type=merge", "-p", '{"spec": {"suspend": false}}')
+    kubectl("-n", NS, "create", "job", "nightly-29000000", "--from=cronjob/nightly")
+    want = {"app": (250, 200 * MI, 500, 600 * MI), "side": (80, 48 * MI, None, None)}
+    for job in ("once", "nightly-29000000"):
+        pod = wait_for(f"the pod of Job {job}", lambda job=job: next(iter(json.loads(kubectl(
+            "-n", NS, "get", "pods", "-l", f"job-name={job}", "-o", "json"))["items"]), None), 60)
+        assert _by_name(pod) == want, job
+        assert pod["metadata"]["annotations"]["vpaObservedContainers"] == "app, side"
+    kubectl("-n", NS, "delete", "job", "once", "nightly-29000000", "--wait=false")
 
 
 # ---- the agreement table ---------------------------------------------------------------------------
