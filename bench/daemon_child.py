@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (the imports after `without_rich()`, which must come before structlog's)
 """The daemon process of figures 5 and 6: `python -m bench.daemon_child CONFIG.json PODS.json [--watch-tiers]`.
 
 It wires the daemon exactly as `agent.daemon.run` does (environment, ownership, CRI client, reconciler
@@ -20,6 +21,10 @@ the event's own pod pass and a tiers pass that started after it are both done,
 """
 
 from __future__ import annotations
+
+from agent.infra.lean import without_rich
+
+without_rich()  # as `kube-cgroup-agent run` does, before structlog is first imported
 
 import json
 import sys

@@ -73,6 +73,9 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def _cmd_vpa_admission(args: argparse.Namespace) -> int:
+    from agent.infra.lean import without_rich
+
+    without_rich()
     from agent.commands.admission import run_keeper
     from agent.commands.dryrun import UsageError
     from agent.config.settings import Settings, load_file
@@ -93,6 +96,9 @@ def _cmd_vpa_admission(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from agent.infra.lean import without_rich
+
+    without_rich()
     from agent.daemon import run
 
     return run(build_settings(args))
