@@ -41,6 +41,7 @@ from agent.core.model import PodUID, PodView
 from agent.core.ownership import resolve
 from agent.daemon import select_reconciler
 from agent.daemon.core import Daemon
+from agent.daemon.heap import fewer_arenas
 from agent.daemon.reconciler import Outcome, Reconciler, Report, StopRequested
 from agent.infra.logging import configure
 from agent.infra.metrics import Endpoints, Metrics, Probe
@@ -309,6 +310,7 @@ def main(argv: list[str]) -> int:
     watch_tiers = "--watch-tiers" in argv[2:]
     settings = from_mapping(config)
     configure(settings.log_format, settings.log_level, sys.stderr)  # stdout carries the measurements
+    fewer_arenas()  # as agent.daemon.run does, before any thread
     t0 = time.perf_counter()
     env = pipeline.environment(settings)
     ownership = resolve(settings.ownership, settings.kubelet_version, settings.feature_gates)
