@@ -1,4 +1,4 @@
-# ruff: noqa: E402  (the imports after `without_rich()`, which must come before structlog's)
+# ruff: noqa: E402  (the imports after `without_optional_imports()`, which must come before structlog's)
 """The daemon process of figures 5 and 6: `python -m bench.daemon_child CONFIG.json PODS.json [--watch-tiers]`.
 
 It wires the daemon exactly as `agent.daemon.run` does (environment, ownership, CRI client, reconciler
@@ -22,9 +22,9 @@ the event's own pod pass and a tiers pass that started after it are both done,
 
 from __future__ import annotations
 
-from agent.infra.lean import without_rich
+from agent.infra.lean import without_optional_imports
 
-without_rich()  # as `kube-cgroup-agent run` does, before structlog is first imported
+without_optional_imports()  # as `kube-cgroup-agent run` does, before structlog is first imported
 
 import json
 import sys

@@ -73,9 +73,9 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def _cmd_vpa_admission(args: argparse.Namespace) -> int:
-    from agent.infra.lean import without_rich
+    from agent.infra.lean import without_optional_imports
 
-    without_rich()
+    without_optional_imports()
     from agent.commands.admission import run_keeper
     from agent.commands.dryrun import UsageError
     from agent.config.settings import Settings, load_file
@@ -96,9 +96,9 @@ def _cmd_vpa_admission(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from agent.infra.lean import without_rich
+    from agent.infra.lean import without_optional_imports
 
-    without_rich()
+    without_optional_imports()
     from agent.daemon import run
 
     return run(build_settings(args))
