@@ -30,19 +30,15 @@ def fewer_arenas(arenas: int = ARENAS) -> bool:
 
     Why: glibc gives each thread that allocates while another holds the main arena an arena of its own, up
     to eight per core; the daemon's threads (watches, workers, the HTTP endpoints, gRPC's) each leave pages
-    in theirs that the others cannot reuse. Two arenas take 3.7 MiB off the daemon with the API source at
-    1,000 pods (BENCHMARKS.md figure 9), 0.6 MiB on a bare node; the threads rarely allocate at once, so
-    contention is not measurable. The same as MALLOC_ARENA_MAX=2 in the environment, without depending on
-    how the process is started."""
+    in theirs that the others cannot reuse. Two arenas took 3.7 MiB off the daemon with the API source at
+    1,000 pods (BENCHMARKS.md figure 9), 0.6 MiB on a bare node; figures 2 and 5 measure the latencies
+    with it. The same as MALLOC_ARENA_MAX=2 in the environment, without depending on how the process is
+    started. The symbol is looked up in the process itself (the C library it runs on), not by name on
+    disk: the image has no ldconfig to find one."""
     import ctypes
-    import ctypes.util
 
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
