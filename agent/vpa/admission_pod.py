@@ -28,19 +28,47 @@ def _raw_list(v: object) -> dict[str, str]:
     return {str(k): str(q) for k, q in v.items()} if isinstance(v, Mapping) else {}
 
 
-def _container_defaults(limit_ranges: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
-    """(default limits, default requests) of the namespace's Container items, the first LimitRange
-    naming a resource winning (LimitRanger fills a value only where none is set yet)."""
-    limits: dict[str, str] = {}
-    requests: dict[str, str] = {}
+def defaulted_item(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A Container item as the API server stores it (SetDefaults_LimitRangeItem): a `default` limit where
+    only `max` names the resource, a `defaultRequest` from `default`, else from `min`. LimitRanges read
+    from the API already are; one from a file may not be."""
+    out = dict(item)
+    if item.get("type") != "Container":
+        return out
+    default, request = _raw_list(item.get("default")), _raw_list(item.get("defaultRequest"))
+    for r, q in _raw_list(item.get("max")).items():
+        default.setdefault(r, q)
+    for source in (default, _raw_list(item.get("min"))):
+        for r, q in source.items():
+            request.setdefault(r, q)
+    for key, values in (("default", default), ("defaultRequest", request)):
+        if values:  # an empty one is not stored
+            out[key] = values
+    return out
+
+
+def _container_items(limit_ranges: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, dict[str, Any]]]:
+    """(LimitRange name, index, the item defaulted) of every Container item, in the order given."""
+    out = []
     for lr in limit_ranges:
         spec = lr.get("spec")
-        for item in spec.get("limits") or () if isinstance(spec, Mapping) else ():
-            if not isinstance(item, Mapping) or item.get("type") != "Container":
-                continue
-            for target, key in ((limits, "default"), (requests, "defaultRequest")):
-                for res, q in _raw_list(item.get(key)).items():
-                    target.setdefault(res, q)
+        for i, item in enumerate(spec.get("limits") or () if isinstance(spec, Mapping) else ()):
+            if isinstance(item, Mapping) and item.get("type") == "Container":
+                out.append((str((lr.get("metadata") or {}).get("name")), i, defaulted_item(item)))
+    return out
+
+
+def _container_defaults(limit_ranges: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    """(default limits, default requests) of the namespace's Container items, the first LimitRange (by
+    name) naming a resource winning: LimitRanger fills a value only where none is set yet, taking the
+    namespace's LimitRanges in no set order; a pod two of them default differently is created unchanged
+    (the policy's `from` check)."""
+    limits: dict[str, str] = {}
+    requests: dict[str, str] = {}
+    for _, _, item in _container_items(limit_ranges):
+        for target, key in ((limits, "default"), (requests, "defaultRequest")):
+            for res, q in _raw_list(item.get(key)).items():
+                target.setdefault(res, q)
     return limits, requests
 
 
@@ -115,20 +143,16 @@ def container_bounds(limit_ranges: Sequence[Mapping[str, Any]]) -> ContainerBoun
     """None when no Container item has a min, max or default (VPA then caps nothing)."""
     lo, hi, default = EMPTY, EMPTY, EMPTY
     found = False
-    for lr in limit_ranges:
-        spec = lr.get("spec")
-        for i, item in enumerate(spec.get("limits") or () if isinstance(spec, Mapping) else ()):
-            if not isinstance(item, Mapping) or item.get("type") != "Container":
-                continue
-            if not any(item.get(k) is not None for k in ("min", "max", "default")):
-                continue
-            found = True
-            where = f"LimitRange {(lr.get('metadata') or {}).get('name')} spec.limits[{i}]"
-            if item.get("default") is not None:
-                default = _cpu_mem(item.get("default"), f"{where}.default")
-            mn, mx = _cpu_mem(item.get("min"), f"{where}.min"), _cpu_mem(item.get("max"), f"{where}.max")
-            lo = Resources(_higher(lo.cpu_milli, mn.cpu_milli), _higher(lo.memory, mn.memory))
-            hi = Resources(_lower(hi.cpu_milli, mx.cpu_milli), _lower(hi.memory, mx.memory))
+    for name, i, item in _container_items(limit_ranges):
+        if not any(item.get(k) is not None for k in ("min", "max", "default")):
+            continue
+        found = True
+        where = f"LimitRange {name} spec.limits[{i}]"
+        if item.get("default") is not None:
+            default = _cpu_mem(item.get("default"), f"{where}.default")
+        mn, mx = _cpu_mem(item.get("min"), f"{where}.min"), _cpu_mem(item.get("max"), f"{where}.max")
+        lo = Resources(_higher(lo.cpu_milli, mn.cpu_milli), _higher(lo.memory, mn.memory))
+        hi = Resources(_lower(hi.cpu_milli, mx.cpu_milli), _lower(hi.memory, mx.memory))
     return ContainerBounds(lo, hi, default) if found else None
 
 

@@ -224,14 +224,13 @@ def test_pods_are_created_unchanged(namespaces: None, case: str) -> None:
 
 
 def test_a_pod_beyond_the_limitrange_is_created_within_it(namespaces: None) -> None:
-    """Two LimitRanges: one with maximums, one with defaults for a container that sets nothing (the
-    LimitRanger fills them in before the policy runs: the keeper's `from` must say the same)."""
+    """A LimitRange with maximums and defaults for a container that sets nothing (the LimitRanger fills
+    them in before the policy runs: the keeper's `from` must say the same). One LimitRange: a max is also
+    a default where none is given, and two LimitRanges defaulting one resource apply in no set order."""
     name = "bounded"
     _apply({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "bounds", "namespace": NS_LR},
-            "spec": {"limits": [{"type": "Container", "max": {"cpu": "1", "memory": "400Mi"}}]}},
-           {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "defaults", "namespace": NS_LR},
-            "spec": {"limits": [{"type": "Container", "default": {"cpu": "500m", "memory": "64Mi"},
-                                 "defaultRequest": {"cpu": "10m", "memory": "32Mi"}}]}},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": "1", "memory": "400Mi"},
+                                 "default": {"cpu": "500m", "memory": "64Mi"}, "defaultRequest": {"cpu": "10m", "memory": "32Mi"}}]}},
            _workload("Deployment", name, [_container("app", {"cpu": "100m", "memory": "100Mi"}, {"cpu": "200m", "memory": "300Mi"}),
                                           _container("side")], ns=NS_LR),
            _vpa(name, name, "Auto", ns=NS_LR))

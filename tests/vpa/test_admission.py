@@ -11,7 +11,13 @@ import pytest
 from agent.core.model import ContainerKind, ContainerView, Resources
 from agent.pods.sources.limitrange_rules import parse_all
 from agent.vpa.admission import Owner, admission_params, namespace_object, owner_for, rivals_of
-from agent.vpa.admission_pod import ContainerBounds, admitted_containers, container_bounds, limit_range_capped
+from agent.vpa.admission_pod import (
+    ContainerBounds,
+    admitted_containers,
+    container_bounds,
+    defaulted_item,
+    limit_range_capped,
+)
 from agent.vpa.parse import parse_vpa
 from agent.vpa.policy import Options
 
@@ -77,10 +83,14 @@ def to(p: Any, container: str = "app") -> tuple[dict[str, str], dict[str, str]]:
         # LimitRanger fills what is missing with default / defaultRequest, never what is set
         (app({"cpu": "100m"}), [lr({"type": "Container", "default": {"cpu": "500m", "memory": "256Mi"}, "defaultRequest": {"cpu": "50m", "memory": "64Mi"}})],
          {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}}),
-        # the first LimitRange naming a resource wins; Pod items default nothing
+        # the first LimitRange naming a resource wins; Pod items default nothing; a default limit is also
+        # the default request, as the API server stores a LimitRange
         (app(), [lr({"type": "Container", "default": {"cpu": "1"}}, name="a"), lr({"type": "Container", "default": {"cpu": "2", "memory": "1Gi"}}, name="b"),
                  lr({"type": "Pod", "max": {"cpu": "4"}}, name="c")],
-         {"limits": {"cpu": "1", "memory": "1Gi"}}),
+         {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}),
+        # a max alone is also the default limit and request
+        (app({"cpu": "10m"}), [lr({"type": "Container", "max": {"memory": "256Mi"}})],
+         {"requests": {"cpu": "10m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}),
         (app(), [], {}),  # BestEffort stays without resources
     ],
 )
@@ -119,14 +129,32 @@ def test_limit_range_capping_is_vpas(target: tuple[int | None, int | None], c: C
     assert (out.cpu_milli, out.memory) == want
 
 
+@pytest.mark.parametrize(
+    ("item", "default", "default_request"),
+    [
+        # as the v1.36 API server stored it (kubectl create --dry-run=server)
+        ({"min": {"cpu": "5m"}, "max": {"memory": "1Gi"}, "default": {"cpu": "300m"}}, {"cpu": "300m", "memory": "1Gi"}, {"cpu": "300m", "memory": "1Gi"}),
+        ({"min": {"cpu": "5m"}}, None, {"cpu": "5m"}),
+        ({"default": {"cpu": "1"}, "defaultRequest": {"cpu": "100m"}}, {"cpu": "1"}, {"cpu": "100m"}),
+        ({}, None, None),
+    ],
+)
+def test_a_limitrange_item_is_defaulted_as_the_api_server_stores_it(
+    item: dict[str, Any], default: dict[str, str] | None, default_request: dict[str, str] | None
+) -> None:
+    out = defaulted_item({"type": "Container", **item})
+    assert (out.get("default"), out.get("defaultRequest")) == (default, default_request)
+    assert defaulted_item({"type": "Pod", "max": {"cpu": "1"}}) == {"type": "Pod", "max": {"cpu": "1"}}
+
+
 def test_container_bounds_merge_as_vpas_calculator() -> None:
     b = container_bounds([
         lr({"type": "Container", "max": {"cpu": "2", "memory": "1Gi"}, "min": {"cpu": "10m"}, "default": {"cpu": "1"}}, name="a"),
         lr({"type": "Container", "max": {"cpu": "1"}, "min": {"cpu": "20m", "memory": "4Mi"}, "default": {"memory": "128Mi"}}, name="b"),
         lr({"type": "Pod", "max": {"cpu": "100m"}}, name="c"),
     ])
-    # the lowest max, the highest min, the last default (as a whole)
-    assert b == ContainerBounds(Resources(20, 4 * MI), Resources(1000, 1 << 30), Resources(None, 128 * MI))
+    # the lowest max, the highest min, the last default (as a whole; b's cpu default is its max)
+    assert b == ContainerBounds(Resources(20, 4 * MI), Resources(1000, 1 << 30), Resources(1000, 128 * MI))
     assert container_bounds([lr({"type": "Pod", "max": {"cpu": "1"}})]) is None
 
 
