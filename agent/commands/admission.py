@@ -36,16 +36,26 @@ def _read(path: str) -> list[Mapping[str, Any]]:
     return objects(text, path)
 
 
+def _controller_ref(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the pod's controller reference, as written."""
+    refs = [
+        r
+        for r in (pod.get("metadata") or {}).get("ownerReferences") or ()
+        if isinstance(r, Mapping) and r.get("controller")
+    ]
+    return (str(refs[0].get("kind") or ""), str(refs[0].get("name") or "")) if refs else None
+
+
 def _controller(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(kind, name) of the workload that creates this manifest's pods, as the policy tells it."""
     kind = str(pod.get("kind") or "Pod")
     meta = pod.get("metadata") or {}
     if kind in _WORKLOADS:
         return kind, str(meta.get("name") or "")
-    refs = [r for r in meta.get("ownerReferences") or () if isinstance(r, Mapping) and r.get("controller")]
-    if not refs:
+    ref = _controller_ref(pod)
+    if ref is None:
         return None
-    ref_kind, ref_name = str(refs[0].get("kind") or ""), str(refs[0].get("name") or "")
+    ref_kind, ref_name = ref
     pod_hash = (meta.get("labels") or {}).get("pod-template-hash")
     if ref_kind == "ReplicaSet" and pod_hash and ref_name.endswith(f"-{pod_hash}"):
         return "Deployment", ref_name[: -len(pod_hash) - 1]
@@ -59,13 +69,9 @@ def _candidates(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
     if found is None:
         return []
     out = [found]
-    refs = [
-        r
-        for r in (pod.get("metadata") or {}).get("ownerReferences") or ()
-        if isinstance(r, Mapping) and r.get("controller")
-    ]
-    if refs and (str(refs[0].get("kind")), str(refs[0].get("name"))) != found:
-        out.append((str(refs[0].get("kind")), str(refs[0].get("name"))))
+    ref = _controller_ref(pod)
+    if ref is not None and ref != found:
+        out.append(ref)
     return out
 
 

@@ -55,6 +55,11 @@ class ObjectCache:
         with self.lock:
             return list(self.items.values())
 
+    def by_key(self) -> dict[tuple[str, str], Mapping[str, Any]]:
+        """The objects as they stand, by (namespace, name)."""
+        with self.lock:
+            return dict(self.items)
+
 
 Loop = Callable[[threading.Event], None]
 

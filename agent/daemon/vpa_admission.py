@@ -138,24 +138,17 @@ class Keeper:
 
     def reconcile(self) -> bool:
         """One pass; False when a write failed."""
-        workloads = {
-            kind: {
-                (str(o["metadata"].get("namespace") or ""), str(o["metadata"].get("name") or "")): o
-                for o in c.values()
-            }
-            for kind, c in self.workloads.items()
-            if c.current
-        }
+        workloads = {kind: c.by_key() for kind, c in self.workloads.items() if c.current}
         want = desired(self.vpas.values(), workloads, self.limit_ranges.values(), self.opts)
         for problem in want.problems:
             if problem not in self._problems:
                 self._problems.add(problem)
                 log.warning("keeper.unreadable", message=problem)
-        have: dict[Key, Mapping[str, Any]] = {}
-        for obj in self.params.values():
-            meta = obj.get("metadata") or {}
-            if (meta.get("labels") or {}).get(PARAMS_LABEL) == "true":
-                have[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = obj
+        have = {
+            k: o
+            for k, o in self.params.by_key().items()
+            if ((o.get("metadata") or {}).get("labels") or {}).get(PARAMS_LABEL) == "true"
+        }
         ok = True
         for key, obj in sorted(want.objects.items()):
             if key not in have or differs(have[key], obj):
