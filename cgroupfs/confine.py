@@ -17,7 +17,6 @@ from cgroupfs.errors import CgroupPathRefused
 
 MAX_COMPONENT_BYTES: Final = 255  # NAME_MAX
 MAX_PATH_BYTES: Final = 4095  # PATH_MAX - 1
-_REMEMBERED: Final = 1 << 17  # directory and file-name verdicts kept between `confine_files` calls
 
 
 def split_relpath(relpath: str, op: str = "use") -> tuple[str, ...]:
@@ -70,11 +69,6 @@ class OwnedRoots:
         self._roots: tuple[tuple[str, ...], ...] = tuple(split_relpath(r, "own") for r in self.names)
         if any(not r for r in self._roots):
             raise ValueError("an owned root cannot be the whole cgroup tree")
-        # what `confine_files` decided about each directory and file name: a verdict on a string alone (the
-        # roots never change), so a daemon's resync, which reads the same thousands of files every period,
-        # checks only the paths it has not seen; started afresh past _REMEMBERED strings
-        self._dirs: dict[str, tuple[tuple[str, ...], int] | None] = {}
-        self._names: dict[str, int | None] = {}
 
     def confine(self, op: str, relpath: str, *, is_file: bool, value: str | None = None) -> tuple[str, ...]:
         """The validated components of `relpath` if it lies beneath an owned root (a directory may also
@@ -89,12 +83,11 @@ class OwnedRoots:
     def confine_files(self, relpaths: Iterable[str]) -> dict[tuple[str, ...], list[tuple[str, str]]]:
         """The files grouped by their directory's components, as (path, name), each path confined exactly
         as `confine` confines a file to be read. A node's tens of thousands of paths lie in a few thousand
-        directories and bear a dozen names: each directory and each name is checked once (and remembered between calls), and a path only
+        directories and bear a dozen names: each directory and each name is checked once, and a path only
         for its total size. Anything the shortcut does not accept goes through `confine`, which names the
         path and the reason; the first path refused (in the given order) raises."""
-        if len(self._dirs) + len(self._names) > _REMEMBERED:  # new dicts: another thread may hold the old
-            self._dirs, self._names = {}, {}
-        dirs, names = self._dirs, self._names
+        dirs: dict[str, tuple[tuple[str, ...], int] | None] = {}
+        names: dict[str, int | None] = {}
         known: dict[str, list[tuple[str, str]]] = {}  # an owned directory's files, by the directory's path
         others: list[tuple[tuple[str, ...], str, str]] = []  # what only the whole check accepted
         for relpath in relpaths:

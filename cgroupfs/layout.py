@@ -81,12 +81,10 @@ class FileSetting:
     directory: str  # relative to --cgroupfs, e.g. "cpu/kubepods/burstable/pod<uid>"
     filename: str
     value: str
-    # made once: every pass looks each file up by its path several times, and a daemon keeps a pod's
-    # rendered files between passes
-    path: str = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "path", f"{self.directory}/{self.filename}" if self.directory else self.filename)
+    @property
+    def path(self) -> str:
+        return f"{self.directory}/{self.filename}" if self.directory else self.filename
 
 
 @dataclass(frozen=True, slots=True)

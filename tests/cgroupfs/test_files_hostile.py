@@ -7,11 +7,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cgroupfs import confine
 from cgroupfs.errors import CgroupError
 from cgroupfs.files import CgroupFiles
 from cgroupfs.types import CgroupName
@@ -149,16 +147,9 @@ def _outcome(call: Callable[[], object]) -> object:
         return type(err), str(err)
 
 
-@pytest.mark.parametrize("remembered", [None, 3])
-def test_read_many_confines_every_path_as_read_does(
-    tmp_path: Path, both_openers: str, remembered: int | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """read_many checks a directory and a file name once for all the paths that share them, and remembers
-    its verdicts between calls (all examples share one CgroupFiles; with `remembered` = 3 it starts afresh
-    nearly every call): whatever the paths, it answers what read() answers for each, or refuses with what
-    read() says of one of them."""
-    if remembered is not None:
-        monkeypatch.setattr(confine, "_REMEMBERED", remembered)
+def test_read_many_confines_every_path_as_read_does(tmp_path: Path, both_openers: str) -> None:
+    """read_many checks a directory and a file name once for all the paths that share them: whatever the
+    paths, it answers what read() answers for each, or refuses with what read() says of one of them."""
     tree = _build(tmp_path)
     tree.set(f"{OWNED}/burstable/cpu.shares", "2")
     files = CgroupFiles(tree.root, (OWNED,))
