@@ -172,12 +172,19 @@ def explain_admission(pod_file: str, vpa_file: str | None, output: str, opts: Op
 
 
 def run_keeper(
-    kubeconfig: str | None, opts: Options, resync_s: float, log_format: str, log_level: str
+    kubeconfig: str | None,
+    opts: Options,
+    resync_s: float,
+    log_format: str,
+    log_level: str,
+    metrics_address: str = "127.0.0.1:9812",
+    health_address: str = "127.0.0.1:9813",
 ) -> int:
     from agent.daemon.vpa_admission import Keeper
     from agent.infra.apiserver import APIServer
     from agent.infra.logging import configure, get_logger
-    from agent.infra.metrics import Metrics
+    from agent.infra.metrics import Endpoints, KeeperMetrics, Probe
+    from agent.infra.version import commit, version
     from agent.kube.client import api_client
 
     configure(log_format, log_level)
@@ -190,11 +197,19 @@ def run_keeper(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    metrics = KeeperMetrics()
+    metrics.build_info.labels(version(), commit()).set(1)
     keeper = Keeper(
-        APIServer(api_client(kubeconfig, connections=16)), Metrics(), opts, resync_s
+        APIServer(api_client(kubeconfig, connections=16)), metrics, opts, resync_s
     )  # ten watches, the writes
+    metrics.follow_readiness(keeper.readiness)
+    endpoints = Endpoints(metrics, Probe(keeper.healthy, keeper.readiness), metrics_address, health_address)
+    log.info("listening", endpoints=list(endpoints.addresses))
     log.info("keeper.start", actuate_all=opts.actuate_all, resync_s=resync_s)
-    keeper.start(stop)
-    stop.wait()
-    keeper.join(5.0)
+    try:
+        keeper.start(stop)
+        stop.wait()
+        keeper.join(5.0)
+    finally:
+        endpoints.close()
     return 0

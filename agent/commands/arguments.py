@@ -195,6 +195,14 @@ def _vpa_admission_args(sub: _Commands) -> None:
     k.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
     k.add_argument("--config", help="YAML config file (its vpa.actuate: all covers VPAs without the opt-in)")
     k.add_argument("--resync-period", default="60s", help="full pass interval, e.g. 60s (default 60s)")
+    k.add_argument(
+        "--metrics-bind-address", default="127.0.0.1:9812", help="host:port for /metrics (default 127.0.0.1:9812)"
+    )
+    k.add_argument(
+        "--health-bind-address",
+        default="127.0.0.1:9813",
+        help="host:port for /healthz and /readyz (default 127.0.0.1:9813)",
+    )
     k.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
     k.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
 

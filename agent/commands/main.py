@@ -19,6 +19,7 @@ OOM_SCORE_ADJ = Path("/proc/self/oom_score_adj")
 # end, so the cyclic garbage collector only scans it again and again (some 230 passes, a tenth of a 1,000-pod
 # `diff`). Reference counting still frees what they drop.
 ONE_PASS = frozenset({"diff", "plan", "explain", "apply"})
+DAEMONS = frozenset({"run", "vpa-admission"})  # long-running: they keep their own OOM score
 
 
 def yield_memory_to_the_daemon(path: Path = OOM_SCORE_ADJ) -> bool:
@@ -79,6 +80,7 @@ def _cmd_vpa_admission(args: argparse.Namespace) -> int:
     from agent.commands.admission import run_keeper
     from agent.commands.dryrun import UsageError
     from agent.config.settings import Settings, load_file
+    from agent.config.values import parse_bind_address
     from agent.infra.configsection import as_seconds
 
     settings = load_file(Path(args.config)) if args.config else Settings()
@@ -86,12 +88,20 @@ def _cmd_vpa_admission(args: argparse.Namespace) -> int:
         resync = as_seconds(args.resync_period, "60s", allow_zero=False)
     except ValueError as err:
         raise UsageError(f"--resync-period: {err}") from err
+    addresses = {}
+    for flag, value in (("metrics-bind-address", args.metrics_bind_address), ("health-bind-address", args.health_bind_address)):
+        try:
+            addresses[flag] = parse_bind_address(value)
+        except ValueError as err:
+            raise UsageError(f"--{flag}: {err}") from err
     return run_keeper(
         args.kubeconfig or settings.kubeconfig,
         settings.vpa.options(),
         resync,
         args.log_format,
         args.log_level,
+        addresses["metrics-bind-address"],
+        addresses["health-bind-address"],
     )
 
 
@@ -127,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         words[0] if words and words[0] in COMMAND_ARGS else None
     )  # else the whole parser says what is wrong
     args = parser(named).parse_args(words)
-    if argv is None and args.command != "run":  # a command line, not a call from code that owns the process
+    if argv is None and args.command not in DAEMONS:  # a command line, not code that owns the process
         yield_memory_to_the_daemon()
         if args.command in ONE_PASS:
             gc.disable()

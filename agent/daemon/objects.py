@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agent.infra.metrics import Metrics
+from agent.infra.metrics import BaseMetrics
 from agent.kube.trim import without_managed_fields
 from agent.kube.watch import Watcher
 
@@ -67,7 +67,7 @@ Loop = Callable[[threading.Event], None]
 class Threads:
     """A component's threads (each runs until `stop` is set) and the watches they run."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: BaseMetrics) -> None:
         self.metrics = metrics
         self.threads: list[threading.Thread] = []
         self.watchers: list[Watcher] = []

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from agent.daemon.objects import ObjectCache, Threads
 from agent.infra.apiserver import APIServer, path
 from agent.infra.logging import get_logger
-from agent.infra.metrics import Metrics
+from agent.infra.metrics import KeeperMetrics
 from agent.kube.errors import APIError, APINotFound, wrap
 from agent.kube.trim import without_managed_fields
 from agent.vpa.admission import GROUP, PARAMS_LABEL, PLURAL, VERSION
-from agent.vpa.admission_cluster import TARGETS, Key, desired, differs, trimmer
+from agent.vpa.admission_cluster import TARGETS, Desired, Key, desired, differs, trimmer
 from agent.vpa.policy import Options
 
 log = get_logger("agent.daemon.vpa_admission")
@@ -64,14 +65,27 @@ class _Listed(ObjectCache):
 
 
 class Keeper:
+    """`healthy` and `readiness` are the keeper's /healthz and /readyz: alive while all its threads run and
+    its pass loop turns (it wakes every `resync_s` at the latest; a write that hangs is cut at 40 s), ready
+    once it knows the cluster as it is now and has made its first pass."""
+
     def __init__(
-        self, api: APIServer, metrics: Metrics, opts: Options, resync_s: float = 60.0, settle_s: float = 0.5
+        self,
+        api: APIServer,
+        metrics: KeeperMetrics,
+        opts: Options,
+        resync_s: float = 60.0,
+        settle_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.metrics = metrics
         self.opts = opts
         self.resync_s = resync_s
         self.settle_s = settle_s
+        self.clock = clock
+        self.stuck_after_s = 3 * resync_s + 120.0
+        self._turned = clock()  # the pass loop's last sign of life
         self.dirty = threading.Event()
         self.vpas = _Listed("VerticalPodAutoscalers", self.dirty.set)
         self.limit_ranges = _Listed("LimitRanges", self.dirty.set)
@@ -107,24 +121,45 @@ class Keeper:
         """The VPAs, the LimitRanges and the parameters are known as they are now."""
         return self.vpas.current and self.limit_ranges.current and self.params.current
 
+    def _behind(self) -> dict[str, str]:
+        """What is not known as it is now, and why."""
+        return {
+            c.noun: c.behind_since or "not listed yet"
+            for c in (self.vpas, self.limit_ranges, self.params)
+            if not c.current
+        }
+
+    def healthy(self) -> tuple[bool, str]:
+        stopped = sorted(t.name for t in self.threads.threads if not t.is_alive())
+        if stopped:
+            return False, f"stopped: {', '.join(stopped)}"
+        idle = self.clock() - self._turned
+        if idle > self.stuck_after_s:
+            return False, f"its pass loop has not turned for {idle:.0f} s"
+        return True, "ok"
+
+    def readiness(self) -> tuple[bool, str]:
+        behind = self._behind()
+        if behind:
+            return False, "waiting for " + "; ".join(f"{noun}: {why}" for noun, why in behind.items())
+        if self.passes == 0:
+            return False, "its first pass has not run yet"
+        return True, "ok"
+
     def _loop(self, stop: threading.Event) -> None:
         waiting_said = False
         while not stop.is_set():
             self.dirty.wait(self.resync_s)
+            self._turned = self.clock()
             if stop.is_set():
                 return
             stop.wait(self.settle_s)  # let a burst of events land in one pass
             self.dirty.clear()
             if not self.ready():
                 if not waiting_said:
-                    behind = {
-                        c.noun: c.behind_since or "not listed yet"
-                        for c in (self.vpas, self.limit_ranges, self.params)
-                        if not c.current
-                    }
                     log.info(
                         "keeper.waiting",
-                        behind=behind,
+                        behind=self._behind(),
                         message="nothing is written until these are known as they are now",
                     )
                     waiting_said = True
@@ -156,10 +191,21 @@ class Keeper:
         for key in sorted(k for k in set(have) - set(want.objects) if k[0] not in want.unknown):
             ok = self._delete(key) and ok
         self.passes += 1
+        self._counted(want, ok)
         return ok
+
+    def _counted(self, want: Desired, ok: bool) -> None:
+        m = self.metrics
+        m.passes.labels("ok" if ok else "failed").inc()
+        specs = [o.get("spec") or {} for o in want.objects.values()]
+        m.workloads.set(sum(len(s.get("workloads") or {}) for s in specs))
+        m.skipped.set(sum(len(s.get("skipped") or ()) for s in specs))
+        m.unreadable.set(len(want.problems))
+        m.last_pass.set_to_current_time()
 
     def _apply(self, key: Key, obj: Mapping[str, Any]) -> bool:
         ns, name = key
+        self._turned = self.clock()
         try:
             resp = self.api.request(
                 "PATCH",
@@ -175,6 +221,7 @@ class Keeper:
             self.metrics.errors.labels(type(e).__name__).inc()
             log.warning("keeper.apply_failed", namespace=ns, name=name, error=str(e))
             return False
+        self.metrics.writes.labels("applied").inc()
         spec = obj.get("spec") or {}
         log.info(
             "keeper.applied",
@@ -186,6 +233,7 @@ class Keeper:
 
     def _delete(self, key: Key) -> bool:
         ns, name = key
+        self._turned = self.clock()
         try:
             self.api.delete(path(PARAMS_VERSION, PLURAL, ns, name), timeout=(10, 30))
         except Exception as err:
@@ -195,5 +243,6 @@ class Keeper:
             self.metrics.errors.labels(type(e).__name__).inc()
             log.warning("keeper.delete_failed", namespace=ns, name=name, error=str(e))
             return False
+        self.metrics.writes.labels("deleted").inc()
         log.info("keeper.deleted", namespace=ns, name=name)
         return True

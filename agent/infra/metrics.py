@@ -25,9 +25,47 @@ PREFIX: Final = "kube_cgroup_agent"
 RESIZE_STATES: Final = ("Proposed", "InProgress", "Deferred", "Infeasible", "Done", "Error")
 
 
-class Metrics:
-    def __init__(self) -> None:
+class BaseMetrics:
+    """What every long-running command of the agent reports: errors, its watches' restarts, whether it is
+    ready (as its /readyz says) and which build runs. `Watcher` needs only these."""
+
+    def __init__(self, ready_name: str, ready_help: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.errors = Counter(
+            f"{PREFIX}_errors_total",
+            "Errors by class (the exception type or problem kind).",
+            ["error_class"],
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            f"{PREFIX}_watch_restarts_total",
+            "Watch restarts: gone (410, relist), error (backoff, resume), closed (resume).",
+            ["reason"],
+            registry=r,
+        )
+        self.ready = Gauge(f"{PREFIX}_{ready_name}", ready_help, registry=r)
+        self.build_info = Gauge(
+            f"{PREFIX}_build_info", "Always 1; the labels say which build runs.", ["version", "commit"], registry=r
+        )
+
+    def follow_readiness(self, ready: Callable[[], tuple[bool, str]]) -> None:
+        """The ready gauge asks the same question as /readyz, at each scrape."""
+        self.ready.set_function(lambda: 1.0 if ready()[0] else 0.0)
+
+    def render(self) -> bytes:
+        data: bytes = generate_latest(self.registry)
+        return data
+
+
+class Metrics(BaseMetrics):
+    """The node agent's (`run`)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "ready",
+            "1 when the agent is ready (its first pod list is in and the tiers were reconciled), as /readyz says."
+        )
         r = self.registry
         self.reconcile_seconds = Histogram(
             f"{PREFIX}_reconcile_duration_seconds",
@@ -39,23 +77,11 @@ class Metrics:
         self.writes = Counter(
             f"{PREFIX}_writes_total", "cgroup file writes and CRI updates made.", ["kind"], registry=r
         )
-        self.errors = Counter(
-            f"{PREFIX}_errors_total",
-            "Errors by class (the exception type or problem kind).",
-            ["error_class"],
-            registry=r,
-        )
         self.resize_state = Gauge(
             f"{PREFIX}_resize_state_pods", "Pods whose last resize is in each state.", ["state"], registry=r
         )
         for state in RESIZE_STATES:
             self.resize_state.labels(state).set(0)
-        self.watch_restarts = Counter(
-            f"{PREFIX}_watch_restarts_total",
-            "Pod watch restarts: gone (410, relist), error (backoff, resume), closed (resume).",
-            ["reason"],
-            registry=r,
-        )
         self.drift = Counter(
             f"{PREFIX}_drift_total",
             "Values found changed by someone else, by managed thing and what the agent did.",
@@ -93,26 +119,54 @@ class Metrics:
             ["kind", "outcome"],
             registry=r,
         )
-        self.ready = Gauge(
-            f"{PREFIX}_ready",
-            "1 when the agent is ready (its first pod list is in and the tiers were reconciled), as /readyz says.",
-            registry=r,
-        )
-        self.build_info = Gauge(
-            f"{PREFIX}_build_info", "Always 1; the labels say which build runs.", ["version", "commit"], registry=r
-        )
-
-    def follow_readiness(self, ready: Callable[[], tuple[bool, str]]) -> None:
-        """The ready gauge asks the same question as /readyz, at each scrape."""
-        self.ready.set_function(lambda: 1.0 if ready()[0] else 0.0)
 
     def set_resize_states(self, counts: dict[str, int]) -> None:
         for state in RESIZE_STATES:
             self.resize_state.labels(state).set(counts.get(state, 0))
 
-    def render(self) -> bytes:
-        data: bytes = generate_latest(self.registry)
-        return data
+
+class KeeperMetrics(BaseMetrics):
+    """The VPA admission keeper's (`vpa-admission`)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "vpa_admission_ready",
+            "1 when the keeper is ready (the VPAs, LimitRanges and its parameter objects are known as they are "
+            "now, and its first pass ran), as /readyz says."
+        )
+        r = self.registry
+        self.passes = Counter(
+            f"{PREFIX}_vpa_admission_passes_total",
+            "Keeper passes by outcome: ok, failed (a write failed: tried again).",
+            ["outcome"],
+            registry=r,
+        )
+        self.writes = Counter(
+            f"{PREFIX}_vpa_admission_writes_total",
+            "VPAAdmissionParams objects written, by kind: applied, deleted.",
+            ["kind"],
+            registry=r,
+        )
+        self.workloads = Gauge(
+            f"{PREFIX}_vpa_admission_workloads",
+            "Workloads whose new pods the policy sets, as of the last pass.",
+            registry=r,
+        )
+        self.skipped = Gauge(
+            f"{PREFIX}_vpa_admission_skipped_vpas",
+            "Opted-in VPAs whose new pods are left as they are (the reasons are in the objects), as of the last pass.",
+            registry=r,
+        )
+        self.unreadable = Gauge(
+            f"{PREFIX}_vpa_admission_unreadable_objects",
+            "VPAs and LimitRanges that cannot be read, as of the last pass.",
+            registry=r,
+        )
+        self.last_pass = Gauge(
+            f"{PREFIX}_vpa_admission_last_pass_timestamp_seconds",
+            "When the last pass ended (Unix time).",
+            registry=r,
+        )
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -200,7 +254,7 @@ def _probe(check: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[int, str
 class Endpoints:
     """The metrics server and the health server (the same one when both addresses are equal)."""
 
-    def __init__(self, metrics: Metrics, probe: Probe, metrics_address: str, health_address: str) -> None:
+    def __init__(self, metrics: BaseMetrics, probe: Probe, metrics_address: str, health_address: str) -> None:
         metrics_route: dict[str, Callable[[], tuple[int, str, bytes]]] = {
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, metrics.render())
         }

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from agent.infra.apiserver import APIServer, path
 from agent.infra.logging import get_logger
-from agent.infra.metrics import Metrics
+from agent.infra.metrics import BaseMetrics
 from agent.infra.queue import Backoff
 from agent.kube.errors import APIError, APIGone, from_status, wrap
 
@@ -131,7 +131,7 @@ class Watcher:
         self,
         call: Callable[..., Any],
         noun: str,
-        metrics: Metrics,
+        metrics: BaseMetrics,
         *,
         selector: str | None = None,
         watch_timeout_s: int = 300,
@@ -274,7 +274,7 @@ class Watcher:
 class PodWatcher(Watcher):
     """The pods bound to this node (field selector spec.nodeName)."""
 
-    def __init__(self, api: APIServer, node: str, metrics: Metrics, **kw: Any) -> None:
+    def __init__(self, api: APIServer, node: str, metrics: BaseMetrics, **kw: Any) -> None:
         super().__init__(
             api.lister(path("v1", "pods")), f"pods of node {node}", metrics, selector=f"spec.nodeName={node}", **kw
         )

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -62,10 +62,11 @@ def api_pod(node: ResizeNode, name: str) -> dict[str, Any]:
 
 
 class Daemon:
-    """One `kube-cgroup-agent run` process; stopped by its PID."""
+    """One `kube-cgroup-agent run` process (or the command `argv` names); stopped by its PID."""
 
-    def __init__(self, config: Path, log: Path) -> None:
+    def __init__(self, config: Path, log: Path, argv: Sequence[str] | None = None) -> None:
         self.config = config
+        self.argv = list(argv) if argv is not None else ["run", "--config", str(config)]
         self.log_path = log
         self.proc: subprocess.Popen[bytes] | None = None
         self._offset = 0
@@ -76,7 +77,7 @@ class Daemon:
         self._endpoint = None
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "agent", "run", "--config", str(self.config)],
+                [sys.executable, "-m", "agent", *self.argv],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=REPO,

@@ -137,7 +137,13 @@ def test_the_vpa_admission_keeper_reads_workloads_and_writes_only_its_own_object
     assert deployment.spec.replicas == 1 and spec.service_account_name == KEEPER
     assert spec.security_context.run_as_non_root is True and spec.security_context.run_as_user == 65534
     [c] = spec.containers
-    assert c.args[0] == "vpa-admission" and not c.ports
+    assert c.args[0] == "vpa-admission"
+    # its endpoints on the pod IP, for the probes and Prometheus only (127.0.0.1 without the flags)
+    assert {"--health-bind-address=$(POD_IP):9813", "--metrics-bind-address=$(POD_IP):9812"} <= set(c.args)
+    assert {e.name: e.value_from.field_ref.field_path for e in c.env} == {"POD_IP": "status.podIP"}
+    assert {(p.name, p.container_port) for p in c.ports} == {("metrics", 9812), ("health", 9813)}
+    assert (c.liveness_probe.http_get.path, c.liveness_probe.http_get.port) == ("/healthz", "health")
+    assert (c.readiness_probe.http_get.path, c.readiness_probe.http_get.port) == ("/readyz", "health")
     sc = c.security_context
     assert sc.allow_privilege_escalation is False and sc.read_only_root_filesystem is True and sc.capabilities.drop == ["ALL"]
     assert not spec.host_network and not spec.host_pid and not spec.volumes

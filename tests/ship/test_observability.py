@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.infra.metrics import Metrics
+from agent.infra.metrics import KeeperMetrics, Metrics
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules.yaml"
@@ -22,7 +22,7 @@ SUFFIXES = ("_bucket", "_sum", "_count", "_created")
 
 def _exported() -> set[str]:
     names: set[str] = set()
-    for metric in Metrics().registry.collect():
+    for metric in (*Metrics().registry.collect(), *KeeperMetrics().registry.collect()):
         names.add(metric.name)
         if metric.type == "counter":  # exposed as NAME_total (a labelled counter has no sample until used)
             names.add(metric.name + "_total")
@@ -70,6 +70,8 @@ def test_rules_are_well_formed_alerts() -> None:
         "KubeCgroupAgentDriftYielded",
         "KubeCgroupAgentResizeFailing",
         "KubeCgroupAgentTierShortfall",
+        "KubeCgroupAgentVPAAdmissionNotReady",
+        "KubeCgroupAgentVPAAdmissionWritesFailing",
     }
     for name, rule in alerts.items():
         assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, name

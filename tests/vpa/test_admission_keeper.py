@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,8 +13,9 @@ from kubernetes import client
 
 from agent.daemon.vpa_admission import Keeper
 from agent.infra.apiserver import APIServer
-from agent.infra.metrics import Metrics
+from agent.infra.metrics import KeeperMetrics
 from agent.vpa.policy import Options
+from tests.daemon.harness import Daemon
 from tests.e2e_k8s.nodes import wait_for
 from tests.support.fakeapi.cluster import FakeCluster
 from tests.support.fakeapi.server import FakeAPIServer
@@ -55,7 +57,8 @@ class Running:
         cfg.host = self.api.url
         cfg.connection_pool_maxsize = 16  # as run_keeper sets it: ten watches and the writes
         self.client = client.ApiClient(cfg)
-        self.keeper = Keeper(APIServer(self.client), Metrics(), Options(), resync_s=0.5, settle_s=0.05)
+        self.metrics = KeeperMetrics()
+        self.keeper = Keeper(APIServer(self.client), self.metrics, Options(), resync_s=0.5, settle_s=0.05)
         self.stop = threading.Event()
 
     def start(self) -> None:
@@ -139,6 +142,9 @@ def test_nothing_is_written_or_deleted_before_the_vpas_are_known() -> None:
         r.start()
         wait_for("the keeper's passes wait", lambda: r.cluster.count("GET", "verticalpodautoscalers") >= 2, 10)
         assert r.keeper.passes == 0
+        ready, why = r.keeper.readiness()
+        assert not ready and why.startswith("waiting for VerticalPodAutoscalers: ") and "LimitRanges" not in why
+        assert r.keeper.healthy() == (True, "ok")  # waiting is not failing: no restart
         assert r.param() is not None and r.cluster.count("PATCH", "vpaadmissionparams") == 0
         assert r.cluster.count("DELETE", "vpaadmissionparams") == 0
         r.cluster.serve(*VPA, kind="VerticalPodAutoscaler")  # the CRD installed, no VPA: the stale object goes
@@ -173,3 +179,76 @@ def test_a_failed_write_is_tried_again(running: Running) -> None:
     running.start()
     wait_for("the parameters written after two failures", lambda: running.workload("Deployment/web"), 15)
     assert running.cluster.count("PATCH", "vpaadmissionparams") >= 3
+
+
+def _sample(metrics: KeeperMetrics, name: str, **labels: str) -> float | None:
+    value = metrics.registry.get_sample_value(name, labels)
+    return None if value is None else float(value)
+
+
+def test_probes_and_metrics_say_where_the_keeper_stands(running: Running) -> None:
+    k, m = running.keeper, running.metrics
+    assert k.readiness() == (
+        False,
+        "waiting for VerticalPodAutoscalers: not listed yet; LimitRanges: not listed yet; "
+        "VPAAdmissionParams: not listed yet",
+    )
+    running.cluster.put(*DEPLOYMENTS, deployment("web"))
+    running.cluster.put(*VPA, vpa("web"))
+    running.cluster.put(*VPA, vpa("idle", target="other", cpu=None))  # no recommendation: skipped
+    running.start()
+    wait_for("ready", lambda: k.readiness() == (True, "ok"), 10)
+    assert k.healthy() == (True, "ok")
+    wait_for("one object applied", lambda: _sample(m, "kube_cgroup_agent_vpa_admission_writes_total", kind="applied"), 10)
+    assert _sample(m, "kube_cgroup_agent_vpa_admission_passes_total", outcome="ok") >= 1  # type: ignore[operator]
+    assert _sample(m, "kube_cgroup_agent_vpa_admission_workloads") == 1.0
+    assert _sample(m, "kube_cgroup_agent_vpa_admission_skipped_vpas") == 1.0
+    assert _sample(m, "kube_cgroup_agent_vpa_admission_unreadable_objects") == 0.0
+    assert _sample(m, "kube_cgroup_agent_vpa_admission_last_pass_timestamp_seconds") > 1.7e9  # type: ignore[operator]
+    running.cluster.remove(*VPA, "ns", "web")
+    running.cluster.remove(*VPA, "ns", "idle")
+    wait_for("the object deleted", lambda: _sample(m, "kube_cgroup_agent_vpa_admission_writes_total", kind="deleted"), 10)
+
+
+def test_alive_while_its_threads_run_and_its_loop_turns() -> None:
+    now = [1000.0]
+    r = Running(served(FakeCluster(node={"metadata": {"name": "n1"}})))
+    try:
+        r.keeper.clock = lambda: now[0]
+        r.start()
+        wait_for("a pass", lambda: r.keeper.passes >= 1, 10)
+        assert r.keeper.healthy() == (True, "ok")
+        now[0] += r.keeper.stuck_after_s + 1  # the loop stopped turning (a fake clock: it turns, at 1000.0)
+        healthy, why = r.keeper.healthy()
+        assert not healthy and why.startswith("its pass loop has not turned for ")
+        now[0] = 1000.0
+        r.stop.set()
+        r.keeper.join(5.0)
+        healthy, why = r.keeper.healthy()
+        assert not healthy and why.startswith("stopped: ") and "keeper" in why
+    finally:
+        r.close()
+
+
+def test_the_command_serves_its_probes_and_metrics_and_stops_on_sigterm(running: Running, tmp_path: Path) -> None:
+    """`kube-cgroup-agent vpa-admission` as the Deployment runs it: its endpoints (one server when both
+    addresses are the same), the keeper's metrics and not the node agent's, exit 0 on SIGTERM."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(running.api.kubeconfig())
+    running.cluster.put(*DEPLOYMENTS, deployment("web"))
+    running.cluster.put(*VPA, vpa("web"))
+    any_port = "127.0.0.1:0"
+    argv = ["vpa-admission", "--kubeconfig", str(kubeconfig), "--log-format=json", "--resync-period=1s",
+            f"--health-bind-address={any_port}", f"--metrics-bind-address={any_port}"]
+    keeper = Daemon(kubeconfig, tmp_path / "keeper.log", argv).start()
+    try:
+        assert keeper.get("/healthz")[0] == 200
+        keeper.ready()
+        wait_for("the parameters written", lambda: running.workload("Deployment/web"), 10)
+        code, text = keeper.get("/metrics")
+        assert code == 200
+        assert "kube_cgroup_agent_vpa_admission_workloads 1.0" in text and "kube_cgroup_agent_vpa_admission_ready 1.0" in text
+        assert "kube_cgroup_agent_build_info{" in text and "kube_cgroup_agent_resize_state_pods" not in text
+        assert keeper.terminate() == 0
+    finally:
+        keeper.stop()
