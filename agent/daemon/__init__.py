@@ -126,6 +126,7 @@ def select_reconciler(
         ownership,
         DriftTracker(settings.drift_max_reverts, settings.drift_backoff_s),
         settings.cgroup_driver is DriverKind.SYSTEMD,
+        qos_reserved_memory_percent=settings.qos_reserved_memory_percent,
     )
     containers_mine = ownership.writes(Thing.CONTAINER_RESIZES)
     engine = ResizeEngine(

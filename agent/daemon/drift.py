@@ -146,6 +146,26 @@ class DriftTracker:
                 continue  # one bad record does not lose the others
 
 
+def reserved_gap(thing: Thing, current: str | None, desired: str, percent: int | None) -> str:
+    """For a tier's qos-reserved memory limit that someone else changed, what the change means in memory
+    requests: the kubelet's QoS pass sets the same limit from its own list of active pods (allocatable less
+    `percent` of the requests above the tier), so the gap names the requests of the pod the two lists
+    disagree on. Empty for anything else, and for a value that is not a number ("max")."""
+    if thing is not Thing.QOS_RESERVED_MEMORY or not percent or current is None:
+        return ""
+    try:
+        gap = (int(desired) - int(current)) * 100 // percent
+    except ValueError:
+        return ""
+    if gap == 0:
+        return ""
+    more = "more" if gap > 0 else "less"
+    return (
+        f"; that writer counted about {abs(gap) / (1 << 20):.1f} MiB {more} of memory requests than the agent"
+        f" (qosReserved memory {percent} %)"
+    )
+
+
 def likely_owner(thing: Thing, filename: str, systemd_driver: bool) -> str:
     """Who most likely changed a value back, for the one warning the agent gives."""
     if systemd_driver and not filename.startswith("hugetlb"):

@@ -15,7 +15,7 @@ from agent.core.diff import Owner as FileOwner
 from agent.core.model import TierKind
 from agent.core.ownership import Owner, Ownership, Thing
 from agent.core.plan import MEMORY_LIMIT_FILES, CgroupStep, ContainerStep, Step
-from agent.daemon.drift import Action, DriftTracker, likely_owner
+from agent.daemon.drift import Action, DriftTracker, likely_owner, reserved_gap
 from agent.daemon.reconciler import DriftNote
 from cgroupfs import layout
 
@@ -63,11 +63,17 @@ def written(step: Step) -> list[tuple[str, str]]:
 
 class Gate:
     def __init__(
-        self, ownership: Ownership, drift: DriftTracker, systemd: bool, lock: threading.RLock | None = None
+        self,
+        ownership: Ownership,
+        drift: DriftTracker,
+        systemd: bool,
+        lock: threading.RLock | None = None,
+        qos_reserved_memory_percent: int | None = None,
     ) -> None:
         self.ownership = ownership
         self.drift = drift
         self.systemd = systemd
+        self.reserved_percent = qos_reserved_memory_percent  # to say what a changed tier limit means
         self._lock = lock or threading.RLock()
         self.lock = self._lock
         self._observed: set[tuple[str, str | None]] = set()
@@ -155,7 +161,8 @@ class Gate:
                                 path,
                                 "reapplied",
                                 f"{path} was changed to {f.current}; re-applying {f.setting.value} "
-                                f"(revert {decision.reverts} of {self.drift.max_reverts})",
+                                f"(revert {decision.reverts} of {self.drift.max_reverts})"
+                                + reserved_gap(thing, f.current, f.setting.value, self.reserved_percent),
                                 decision.reverts,
                             )
                         )
@@ -175,7 +182,8 @@ class Gate:
                     who = likely_owner(thing, f.setting.filename, systemd)
                     message = (
                         f"{path} was changed back {decision.reverts} times (now {f.current}, the agent wants "
-                        f"{f.setting.value}); the agent stops writing it. Likely owner: {who}. Set ownership "
+                        f"{f.setting.value}{reserved_gap(thing, f.current, f.setting.value, self.reserved_percent)});"
+                        f" the agent stops writing it. Likely owner: {who}. Set ownership "
                         f"{thing.value} to kubelet or observe, or stop the other writer."
                     )
                     notes.append(DriftNote(thing.value, path, "yielded", message))
