@@ -88,7 +88,8 @@ def _resource_list(raw: Mapping[Any, Any], what: str) -> Resources:
     hugepages: dict[int, int] = {}
     other: set[str] = set()
     for name, value in raw.items():
-        where = f"{what}.{name}"
+        # a name that would break the one-line message (a newline, a control character) is shown quoted
+        where = f"{what}.{name}" if isinstance(name, str) and name.isprintable() else f"{what}[{name!r}]"
         if name == "cpu":
             cpu = quantity.to_milli(value, where)
         elif name == "memory":

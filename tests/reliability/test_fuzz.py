@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agent.commands.main import main
@@ -90,6 +90,7 @@ def test_any_object_is_a_pod_or_one_parse_error(raw: Any) -> None:
                                         "featureGates", "ownership", "evictionHard", "recommender", "resyncPeriod",
                                         "annotationNamespaces", "enforceNodeAllocatable", "hugepageSizes", "bogus"]),
                       JSON | QUANTITY, max_size=5))
+@example(raw={"allocatable": {"\n": None}})  # a resource name with a newline: once two lines
 def test_any_config_is_settings_or_one_config_error(raw: dict[str, Any]) -> None:
     try:
         from_mapping(raw)
