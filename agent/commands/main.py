@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from agent.commands import dryrun
 from agent.commands.arguments import COMMAND_ARGS, build_settings, parser
@@ -20,6 +21,7 @@ OOM_SCORE_ADJ = Path("/proc/self/oom_score_adj")
 # `diff`). Reference counting still frees what they drop.
 ONE_PASS = frozenset({"diff", "plan", "explain", "apply"})
 DAEMONS = frozenset({"run", "vpa-admission"})  # long-running: they keep their own OOM score
+_T = TypeVar("_T")
 
 
 def yield_memory_to_the_daemon(path: Path = OOM_SCORE_ADJ) -> bool:
@@ -83,25 +85,21 @@ def _cmd_vpa_admission(args: argparse.Namespace) -> int:
     from agent.config.values import parse_bind_address
     from agent.infra.configsection import as_seconds
 
-    settings = load_file(Path(args.config)) if args.config else Settings()
-    try:
-        resync = as_seconds(args.resync_period, "60s", allow_zero=False)
-    except ValueError as err:
-        raise UsageError(f"--resync-period: {err}") from err
-    addresses = {}
-    for flag, value in (("metrics-bind-address", args.metrics_bind_address), ("health-bind-address", args.health_bind_address)):
+    def flag(name: str, parse: Callable[[str], _T], value: str) -> _T:
         try:
-            addresses[flag] = parse_bind_address(value)
+            return parse(value)
         except ValueError as err:
-            raise UsageError(f"--{flag}: {err}") from err
+            raise UsageError(f"--{name}: {err}") from err
+
+    settings = load_file(Path(args.config)) if args.config else Settings()
     return run_keeper(
         args.kubeconfig or settings.kubeconfig,
         settings.vpa.options(),
-        resync,
+        flag("resync-period", lambda v: as_seconds(v, "60s", allow_zero=False), args.resync_period),
         args.log_format,
         args.log_level,
-        addresses["metrics-bind-address"],
-        addresses["health-bind-address"],
+        flag("metrics-bind-address", parse_bind_address, args.metrics_bind_address),
+        flag("health-bind-address", parse_bind_address, args.health_bind_address),
     )
 
 

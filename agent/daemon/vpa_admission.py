@@ -119,7 +119,7 @@ class Keeper:
 
     def ready(self) -> bool:
         """The VPAs, the LimitRanges and the parameters are known as they are now."""
-        return self.vpas.current and self.limit_ranges.current and self.params.current
+        return not self._behind()
 
     def _behind(self) -> dict[str, str]:
         """What is not known as it is now, and why."""

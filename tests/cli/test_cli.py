@@ -214,8 +214,17 @@ def test_pods_from_stdin_as_kubectl_json(tmp_path: Path) -> None:
             ["diff", "--config", CONFIG, "--cgroup-root", "/a/../b"],
             "invalid configuration: cgroupRoot '/a/../b': invalid cgroup name component '..' in ('a', '..', 'b')",
         ),
+        (
+            ["vpa-admission", "--metrics-bind-address", "nope"],
+            "--metrics-bind-address: 'nope' is not host:port, e.g. 127.0.0.1:9812",
+        ),
+        (
+            ["vpa-admission", "--health-bind-address", "127.0.0.1:99999"],
+            "--health-bind-address: '127.0.0.1:99999' is not host:port, e.g. 127.0.0.1:9812",
+        ),
     ],
-    ids=["missing-pods", "missing-config", "bad-percent", "bad-quantity", "hostile-root"],
+    ids=["missing-pods", "missing-config", "bad-percent", "bad-quantity", "hostile-root", "keeper-metrics-address",
+         "keeper-health-address"],
 )
 def test_bad_input_is_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
     tree = _tree(tmp_path)
