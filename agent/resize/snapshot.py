@@ -2,7 +2,7 @@
 
 `Reader` is the tree (the real files, or a dry run's `Simulated` overlay); `Snapshot` one read of it;
 `Computed` one pod at its allocated values (what the snapshot and admission's running sums are built
-from); `merged` swaps one pod's files (and the tiers) for a newer read. No I/O of its own.
+from; its tier share is from the pod as it asks, as the kubelet's QoS pass counts it); `merged` swaps one pod's files (and the tiers) for a newer read. No I/O of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from agent.core.compute import PodComputation, PodComputeError, compute_pod
 from agent.core.compute.aggregate import pod_requests
 from agent.core.compute.config import ComputeConfig
 from agent.core.compute.node import TERMINAL_PHASES
+from agent.core.compute.tiers import NO_SUMS, TierSums, tier_contribution
 from agent.core.diff import FileDiff, NodeDiff, Owner
 from agent.core.model import PodView, Problem
 from agent.core.plan import CgroupStep, ContainerStep, Plan
@@ -93,6 +94,15 @@ class Computed:
     requests: tuple[int, int]
     active: bool  # counted in the node's used requests and the tiers (not terminal, or not gone yet)
     actuate: bool = True  # its cgroups are converged (not for a terminal pod that is not gone yet)
+    # its share of the tier sums, from the pod as it asks (None: the same as `comp`'s). The kubelet's QoS
+    # pass sums its pod manager's pods, the spec, not the allocation: while a resize is not yet admitted
+    # (or Deferred, Infeasible) the two differ, and the tier values must still be the kubelet's.
+    tiers: TierSums | None = None
+
+    def tier_share(self) -> TierSums:
+        if self.tiers is not None:
+            return self.tiers
+        return tier_contribution(self.comp) if self.comp is not None else NO_SUMS
 
 
 def compute_allocated(
@@ -107,10 +117,19 @@ def compute_allocated(
     requests = (req.cpu_milli or 0, req.memory or 0)
     if not active:
         return Computed(None, None, requests, False)
+    tiers = None if effective is pod else _spec_share(pod, cfg)
     try:
-        return Computed(compute_pod(effective, cfg), None, requests, True, actuate=not terminal)
+        return Computed(compute_pod(effective, cfg), None, requests, True, actuate=not terminal, tiers=tiers)
     except PodComputeError as err:
-        return Computed(None, Problem(err.pod, err.message), requests, True, actuate=not terminal)
+        return Computed(None, Problem(err.pod, err.message), requests, True, actuate=not terminal, tiers=tiers)
+
+
+def _spec_share(pod: PodView, cfg: ComputeConfig) -> TierSums | None:
+    """The pod's tier share as it asks; None (the allocated share) when the spec cannot be computed."""
+    try:
+        return tier_contribution(compute_pod(pod, cfg))
+    except PodComputeError:
+        return None
 
 
 def merged(snap: Snapshot, fresh: Snapshot, pod: str) -> Snapshot:

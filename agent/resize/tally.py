@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from agent.core.compute import NodeComputation, PodComputation, PodComputeError, compute_pod
 from agent.core.compute.config import ComputeConfig
-from agent.core.compute.tiers import NO_SUMS, RunningTierSums, compute_tiers_from_sums, tier_contribution
+from agent.core.compute.tiers import RunningTierSums, compute_tiers_from_sums
 from agent.core.diff import (
     DesiredFile,
     FilesCache,
@@ -74,7 +74,7 @@ class NodeTally:
                 continue
             computed = compute_allocated(pod, rec.allocated, self.cfg, lingering=uid in self.lingering)
             self.comps[uid] = computed
-            self.sums.put(uid, None, tier_contribution(computed.comp) if computed.comp else NO_SUMS)
+            self.sums.put(uid, None, computed.tier_share())
             if computed.active:
                 self.used = (self.used[0] + computed.requests[0], self.used[1] + computed.requests[1])
         self.stale.clear()

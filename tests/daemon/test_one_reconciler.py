@@ -2,7 +2,8 @@
 
 On a node whose kubelet resizes containers (v1.33+), the same engine runs with the kubelet's things
 observed, never written: no CRI call, no pod or container cgroup write; it follows the kubelet's
-allocation (`allocatedResources`) so the tiers it sizes agree with the kubelet's, and its admission
+allocation (`allocatedResources`) for each pod's values and sums the tiers as the kubelet's QoS pass
+does (the pods as they ask, allocated or not), so the tiers it sizes agree with the kubelet's; its admission
 still judges what the agent's own sources change (pod-level values). `reconciler:` is accepted with a
 deprecation warning and changes nothing.
 """
@@ -72,7 +73,7 @@ def test_on_a_kubelet_owned_node_the_agent_moves_the_tiers_and_never_writes_what
     _kubelet_resizes(node, "1", "2", allocated=True)
     report = rec.reconcile_pod(node.view("a"), NO_STOP)
 
-    assert node.read(BURSTABLE_SHARES) == "1024"  # the tier follows the kubelet's allocation
+    assert node.read(BURSTABLE_SHARES) == "1024"  # the tier follows the pods' requests
     assert node.read(quota) == quota_before  # the kubelet's to write: observed, not written
     assert node.read(container_quota) == "100000"
     assert node.updates == updates_before  # no UpdateContainerResources: the kubelet resizes
@@ -90,7 +91,10 @@ def test_a_resize_the_kubelet_has_not_allocated_yet_waits_for_it(node: ResizeNod
     rec.reconcile_pod(node.view("a"), NO_STOP)
     status = rec.status(node.view("a").uid)
     assert status is not None and status.state is ResizeState.DEFERRED and status.reason == "WaitingForKubelet"
-    assert node.read(BURSTABLE_SHARES) == "512"  # sized as the kubelet sizes it: from what it allocated
+    # sized as the kubelet's QoS pass sizes it: from its pod manager's pods (the spec), not the allocation
+    assert node.read(BURSTABLE_SHARES) == "1024"
+    quota = node.container_path("a", "app", "cpu.cfs_quota_us")
+    assert node.read(quota) == "100000"  # the container's values wait for the kubelet
 
     node.pods["a"].allocated["app"] = {"cpu": "1", "memory": "128Mi"}  # admitted later: a status update
     rec.reconcile_pod(node.view("a"), NO_STOP)

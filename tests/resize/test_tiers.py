@@ -4,6 +4,7 @@
 - a Guaranteed pod's memory grows in place: BestEffort, then Burstable shrink before the pod's values grow;
 - a Burstable pod shrinks: the BestEffort tier grows after the pod's values shrank;
 - a pod leaves: the tiers follow in the very next pass;
+- a growth that waits (Deferred) moves the tiers at once, as the kubelet sums the pods as they ask;
 - the kernel refuses a tier shrink (usage above it): the limit is set at the usage, the resize goes on,
   and a later pass lowers it once usage allows.
 """
@@ -216,6 +217,19 @@ def test_a_pod_leaving_moves_the_tiers_in_the_next_pass(node: ResizeNode, driver
     assert int(node.read(BESTEFFORT)) == ALLOC - 512 * MI
     # the BestEffort tier grows after the Burstable one (the lowest tier is the most held back)
     assert _index(node.events, _write(BURSTABLE)) < _index(node.events, _write(BESTEFFORT))
+
+
+def test_a_deferred_growth_lowers_the_tiers_below_at_once(node: ResizeNode, driver: Engine | Reconciler) -> None:
+    """The kubelet's QoS pass sums the pods as they ask (its pod manager's pods), not their allocation: a
+    Guaranteed pod's growth that waits for room (Deferred) already protects its new request; the pod's
+    own values wait."""
+    driver.resize("g", {"c": {"limits": {"cpu": "8", "memory": "2Gi"}}})  # 8.5 CPUs asked of 8: Deferred
+    assert driver.state("g") is ResizeState.DEFERRED
+    assert int(node.read(BURSTABLE)) == ALLOC - 2 * GI
+    assert int(node.read(BESTEFFORT)) == ALLOC - 2 * GI - 512 * MI
+    assert node.container_state("g", "c")[1] == GI
+    assert not any(_pod_memory(node, "g")(e) or _update("g")(e) for e in node.events)
+    assert node.violations == []
 
 
 def test_a_refused_tier_shrink_is_set_at_usage_and_converges_later(
