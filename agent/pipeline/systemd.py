@@ -14,18 +14,20 @@ from cgroupfs import layout
 from cgroupfs.systemd.bus import NoSuchUnit
 from cgroupfs.systemd.driver import SystemdUnits
 from cgroupfs.systemd.properties import unit_properties
-from cgroupfs.types import CgroupName, CgroupValues
+from cgroupfs.types import UNLIMITED, CgroupName, CgroupValues
 
 
 def step_values(step: CgroupStep, full: CgroupValues) -> CgroupValues | None:
-    """The part of a cgroup's desired values that this step's file holds (quota travels with period)."""
+    """The part of a cgroup's desired values that this step's file holds (quota travels with period). A
+    memory limit is the step's own: the plan may set a tier at its usage rather than at its value."""
     name = step.setting.filename
     if name in (layout.CPU_SHARES, layout.CPU_WEIGHT):
         return CgroupValues(cpu_shares=full.cpu_shares)
     if name in (layout.CPU_MAX, layout.CPU_QUOTA, layout.CPU_PERIOD):
         return CgroupValues(cpu_quota=full.cpu_quota, cpu_period=full.cpu_period)
     if name in (layout.MEMORY_LIMIT, layout.MEMORY_MAX):
-        return CgroupValues(memory_limit=full.memory_limit)
+        text = step.setting.value
+        return CgroupValues(memory_limit=UNLIMITED if text in ("max", str(UNLIMITED)) else int(text))
     if name == layout.MEMORY_LOW:
         return CgroupValues(memory_reservation=full.memory_reservation)
     return None

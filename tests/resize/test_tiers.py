@@ -5,12 +5,14 @@
 - a Burstable pod shrinks: the BestEffort tier grows after the pod's values shrank;
 - a pod leaves: the tiers follow in the very next pass;
 - a growth that waits (Deferred) moves the tiers at once, as the kubelet sums the pods as they ask;
+- one that cannot fit (Infeasible) would take them below zero: they are set at their usage instead;
 - the kernel refuses a tier shrink (usage above it): the limit is set at the usage, the resize goes on,
   and a later pass lowers it once usage allows.
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from agent.pipeline.execute import CgroupStepRunner, file_runner
 from agent.resize.engine import ResizeEngine
 from agent.resize.types import ResizeState
 from cgroupfs.errors import MemoryBelowUsage
+from cgroupfs.refusals import write_refusal
 from tests.resize.harness import ResizeNode
 from tests.resize.journal import Event
 from tests.resize.manifests import GI, MI, ctr, manifest
@@ -38,10 +41,14 @@ BESTEFFORT = "memory/kubepods/besteffort/memory.limit_in_bytes"
 
 
 def _kernel(inner: CgroupStepRunner, node: ResizeNode) -> CgroupStepRunner:
-    """The v1 kernel's refusal: a memory limit below the cgroup's usage is EBUSY."""
+    """The v1 kernel's refusals: a negative memory limit (but -1, no limit) is EINVAL; one below the
+    cgroup's usage is EBUSY."""
 
     def run(step: CgroupStep) -> int:
         if step.setting.filename == "memory.limit_in_bytes":
+            if int(step.setting.value) < -1:
+                einval = OSError(errno.EINVAL, "Invalid argument")
+                raise write_refusal(step.path, step.setting.filename, step.setting.value, einval, lambda _: None)
             usage = int(node.read(f"{step.setting.directory}/memory.usage_in_bytes"))
             if int(step.setting.value) < usage:
                 raise MemoryBelowUsage("write", step.path, "EBUSY: below usage", step.setting.value, usage)
@@ -229,6 +236,19 @@ def test_a_deferred_growth_lowers_the_tiers_below_at_once(node: ResizeNode, driv
     assert int(node.read(BESTEFFORT)) == ALLOC - 2 * GI - 512 * MI
     assert node.container_state("g", "c")[1] == GI
     assert not any(_pod_memory(node, "g")(e) or _update("g")(e) for e in node.events)
+    assert node.violations == []
+
+
+def test_an_infeasible_growth_sets_the_tiers_below_at_their_usage(node: ResizeNode, driver: Engine | Reconciler) -> None:
+    """Counted as it asks, a Guaranteed pod's growth past allocatable takes the formula for the tiers
+    below zero; the kernel refuses that, and the kubelet sets them at their usage: so does the agent."""
+    node.tree.set("memory/kubepods/burstable/memory.usage_in_bytes", str(GI))  # b at its limit
+    node.tree.set("memory/kubepods/besteffort/memory.usage_in_bytes", str(40 * MI))
+    driver.resize("g", {"c": {"limits": {"cpu": "1", "memory": "20Gi"}}})  # of a 16 GiB node
+    assert driver.state("g") is ResizeState.INFEASIBLE
+    assert int(node.read(BURSTABLE)) == GI
+    assert int(node.read(BESTEFFORT)) == 40 * MI
+    assert node.container_state("g", "c")[1] == GI
     assert node.violations == []
 
 

@@ -18,7 +18,7 @@ from agent.core.plan.groups import (
     _usage,
 )
 from agent.core.plan.invariants import check_invariants
-from agent.core.plan.tiers import MEMORY_LIMIT_FILES, reserve_tiers
+from agent.core.plan.tiers import MEMORY_LIMIT_FILES, reserve_tiers, settle_negative_limits
 from agent.core.plan.types import (
     INF,
     RESOURCE_ORDER,
@@ -78,6 +78,7 @@ def build_plan(
     """
     if not restarts and not any(f.differs for f in node.files):
         return Plan(())  # converged: nothing to order, nothing to check (most passes of a quiet node)
+    node, settled = settle_negative_limits(node, extra or {})
     groups = _groups(node)
     ctx = _Context(
         groups=groups,
@@ -97,7 +98,7 @@ def build_plan(
     _limit_pod_reclaim(ctx, guard)
     phases = {resource: _phases(ctx, guard, resource) for resource in RESOURCE_ORDER}
     steps = _assemble(phases, _restart_steps(ctx))
-    plan = Plan(tuple(steps), tuple(guard.warnings), tuple(guard.errors), tuple(guard.blocked))
+    plan = Plan(tuple(steps), (*settled, *guard.warnings), tuple(guard.errors), tuple(guard.blocked))
     violation = check_invariants(node, plan)
     if violation is not None:
         return Plan(

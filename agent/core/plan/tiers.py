@@ -3,12 +3,14 @@ memory step (shrinks first, lowest tier first; growth last)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from agent.core.diff import NodeDiff, Owner
-from agent.core.model import TierKind
-from agent.core.plan.values import _memory_limit_of
+from agent.core.model import Problem, TierKind
+from agent.core.plan.values import _int, _memory_limit_of
 from cgroupfs import layout
+from cgroupfs.types import CgroupVersion
 
 MEMORY_LIMIT_FILES = frozenset({layout.MEMORY_LIMIT, layout.MEMORY_MAX})
 _RESERVE_RANK = {TierKind.BEST_EFFORT: 0, TierKind.BURSTABLE: 1}  # lowest tier first
@@ -40,3 +42,51 @@ def without_tier_memory_growth(node: NodeDiff) -> NodeDiff:
             f = replace(f, differs=False)
         files.append(f)
     return replace(node, files=tuple(files))
+
+
+def settle_negative_limits(node: NodeDiff, extra: Mapping[str, str | None]) -> tuple[NodeDiff, tuple[Problem, ...]]:
+    """`node` with a qos-reserved tier limit below zero replaced by the tier's usage: the kubelet's
+    retrySetMemoryReserve for a value no kernel takes.
+
+    Why: the tiers are summed over the pods as they ask, so a memory growth not admitted (Infeasible, or
+    not yet) can take the higher tiers' requests past allocatable and the formula below zero. The kernel
+    refuses such a limit (EINVAL), and the kubelet then sets the tier at its usage, which stops its growth;
+    a systemd unit would take the same negative value as an unsigned one, no limit at all. So the plan
+    writes the usage directly, through every driver; with no usage read, the limit is left as it is."""
+    reserve = reserve_tiers(node)
+    files = []
+    notes: list[Problem] = []
+    for f in node.files:
+        name = f.setting.filename
+        if (
+            f.desired.owner is Owner.TIER
+            and str(f.setting.cgroup) in reserve
+            and name in MEMORY_LIMIT_FILES
+            and _below_zero(f.setting.value)
+        ):
+            usage_file = layout.MEMORY_USAGE_V1 if f.setting.version is CgroupVersion.V1 else layout.MEMORY_CURRENT
+            usage = _int(usage_file, extra.get(f"{f.setting.directory}/{usage_file}"))
+            what = (
+                f"QoS tier {f.setting.cgroup}: its qos-reserved memory limit {f.setting.value} is below zero "
+                "(the memory the higher tiers' pods ask for exceeds allocatable: a growth not admitted counts "
+                "as it asks)"
+            )
+            if usage is None or usage == float("inf"):
+                notes.append(Problem(None, f"{what}; its usage could not be read: left as it is"))
+                f = replace(f, differs=False)
+            else:
+                at = str(int(usage))
+                notes.append(Problem(None, f"{what}; set at its usage {at}, as the kubelet does"))
+                f = replace(f, desired=replace(f.desired, setting=replace(f.setting, value=at)), differs=at != f.current)
+        files.append(f)
+    if not notes:
+        return node, ()
+    return replace(node, files=tuple(files)), tuple(notes)
+
+
+def _below_zero(value: str) -> bool:
+    """A limit the kernel refuses: negative, other than -1 (v1's own word for no limit)."""
+    try:
+        return int(value) < -1
+    except ValueError:
+        return False
