@@ -93,10 +93,18 @@ class DriftTracker:
         rec.written_at = now
         rec.counted = False
 
-    def converged(self, path: str) -> None:
-        """The file holds the desired value: a yielded value that came back is fought for again."""
+    def converged(self, path: str, desired: str) -> None:
+        """The file holds the desired value: a yielded value that came back is fought for again, and the
+        record of an older value is dropped. Why the latter: another writer may have set the very value
+        the agent came to want (the kubelet's QoS pass on a pod's arrival); the agent's earlier write is
+        then behind it, and the file moving off the new value later is not a revert of that write."""
         rec = self._records.get(path)
-        if rec is not None and rec.yielded:
+        if rec is None:
+            return
+        if rec.desired != desired:
+            del self._records[path]
+            self._contested.discard(path)
+        elif rec.yielded:
             rec.yielded = False
             rec.reverts = 0
             self._contested.discard(path)

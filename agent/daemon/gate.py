@@ -138,7 +138,7 @@ class Gate:
             for f in node.files:
                 path = f.setting.path
                 if not f.differs:
-                    self.drift.converged(path)
+                    self.drift.converged(path, f.setting.value)
                     files.append(f)
                     continue
                 if self._not_mine(f, pod_level, notes):

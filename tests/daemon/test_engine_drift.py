@@ -169,3 +169,35 @@ def test_a_pod_file_changed_after_a_new_generation_is_the_kubelets_resize_not_dr
     assert pass_with(views[0].generation + 1) == []  # the kubelet's resize of a new generation
     assert pass_with(views[0].generation + 1) == ["reapplied"]  # then a revert again
     assert pass_with(views[0].generation + 2) == []
+
+
+def test_a_value_another_writer_set_to_what_the_agent_came_to_want_is_not_reverted_later(
+    node: ResizeNode,
+) -> None:
+    """The kubelet's QoS pass on a pod's arrival writes the tier value the agent now wants too; when the
+    pod leaves, the agent moving the tier back is its own change, not a revert of its earlier write (the
+    e2e-k8s five-minute run counted it as a fight)."""
+    shares = "cpu/kubepods/burstable/cpu.shares"
+    now = [1000.0]
+    rec, _, _ = _converged(node, now, max_reverts=3, backoff_s=600.0)
+    node.add_pod(manifest("b1", [ctr("app", req={"cpu": "200m"})]))
+    rec.reconcile_pod(node.view("b1"), lambda: False)
+    assert node.read(shares) == "204"  # the agent's write
+
+    node.add_pod(manifest("b2", [ctr("app", req={"cpu": "300m"})]))
+    node.tree.set(shares, "512")  # the kubelet's QoS pass at b2's arrival, before the agent's
+    now[0] += 1.0
+    report = rec.reconcile_pod(node.view("b2"), lambda: False)
+    assert shares not in report.changed and node.read(shares) == "512"
+
+    uid = node.view("b2").uid
+    info = node.pods.pop("b2")
+    for controller in ("cpu", "memory"):
+        for cid in info.containers.values():
+            node.tree.remove(f"{controller}/{info.pod_dir}/{cid}")
+        node.tree.remove(f"{controller}/{info.pod_dir}")
+    rec.forget_pod(uid)
+    now[0] += 1.0  # inside any backoff: a revert would be held
+    report = rec.reconcile_tiers(node.views(), lambda: False)
+    assert [n.action for n in report.drift if n.path == shares] == []
+    assert node.read(shares) == "204"

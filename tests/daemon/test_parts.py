@@ -222,7 +222,7 @@ def test_the_contested_records_are_exactly_those_with_reverts_or_yielded() -> No
         elif op == 1:
             d.wrote(p, value, float(step))
         elif op == 2:
-            d.converged(p)
+            d.converged(p, value)
         elif op == 3:
             d.forget([p])
         elif op == 4:
