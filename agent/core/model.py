@@ -150,6 +150,7 @@ class PodView:
     restart_policy: str = "Always"
     priority: int = 0
     generation: int = 0
+    deleting: bool = False  # metadata.deletionTimestamp is set: the kubelet is stopping it
     statuses: tuple[ContainerStatusView, ...] = ()
     init_statuses: tuple[ContainerStatusView, ...] = ()
     pod_level_source: str | None = None  # "spec" or the source (agent.pods.sources) that set pod-level values

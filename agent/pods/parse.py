@@ -343,6 +343,7 @@ def parse_pod(raw: Mapping[str, Any], sources: Sequence[Source] = DEFAULT_SOURCE
         restart_policy=str(spec.get("restartPolicy") or "Always"),
         priority=priority if isinstance(priority, int) else 0,
         generation=generation if isinstance(generation, int) else 0,
+        deleting=meta.get("deletionTimestamp") is not None,
         statuses=_statuses(status.get("containerStatuses"), key),
         init_statuses=_statuses(status.get("initContainerStatuses"), key),
         pod_level_source=source,

@@ -24,7 +24,7 @@ class PodBook:
         self.pods: dict[PodUID, PodView] = {}
         self.order: dict[PodUID, int] = {}  # each pod's place in the node's order (arrival)
         self._next = 0
-        self.terminal: set[PodUID] = set()  # pods in a terminal phase (few): checked for their cgroup
+        self.terminal: set[PodUID] = set()  # pods ending (terminal phase, or being deleted; few): checked for their cgroup
         self.touched: set[PodUID] = set()  # records that may differ from the ones last saved
         self.active: set[PodUID] = set()  # records with a resize state or a restart
 
@@ -46,7 +46,7 @@ class PodBook:
             self.order[pod.uid] = self._next
             self._next += 1
         self.pods[pod.uid] = pod
-        if pod.phase in TERMINAL_PHASES:
+        if pod.phase in TERMINAL_PHASES or pod.deleting:
             self.terminal.add(pod.uid)
         else:
             self.terminal.discard(pod.uid)

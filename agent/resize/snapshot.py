@@ -108,11 +108,13 @@ class Computed:
 def compute_allocated(
     pod: PodView, allocated: PodAllocation, cfg: ComputeConfig, *, lingering: bool = False
 ) -> Computed:
-    """A terminal pod counts, as the kubelet counts it, until it is known to be gone (`lingering`: its
-    pod cgroup is still there); its cgroups are no longer written."""
+    """A terminal pod, or one being deleted, counts as the kubelet counts it: until it is known to be
+    gone (`lingering`: its pod cgroup is still there; the kubelet removes it as the pod's last act,
+    then stops counting the pod, before the API server drops the object). A terminal pod's cgroups are
+    no longer written."""
     effective = with_allocation(pod, allocated)
     terminal = pod.phase in TERMINAL_PHASES
-    active = not terminal or lingering
+    active = not (terminal or pod.deleting) or lingering
     req = pod_requests(effective)
     requests = (req.cpu_milli or 0, req.memory or 0)
     if not active:

@@ -2,8 +2,8 @@
 
 Why kept: a pass must cost O(the pods it acts on), so each pod's computation at its allocated values,
 its share of the tier sums and of the allocated requests (what admission measures against) and its
-rendered files stay here until its view or allocation changes (`stale`). A terminal pod counts, as the
-kubelet counts it, while its pod cgroup is still there (`lingering`). `snapshot` brings the totals up
+rendered files stay here until its view or allocation changes (`stale`). A terminal pod, or one being
+deleted, counts, as the kubelet counts it, while its pod cgroup is still there (`lingering`). `snapshot` brings the totals up
 to date, reads the files that matter and diffs them.
 """
 
@@ -40,7 +40,7 @@ class NodeTally:
         self.comps: dict[PodUID, Computed] = {}
         self.sums = RunningTierSums()
         self.used = (0, 0)  # the allocated (CPU milli, memory) requests of the pods that count
-        self.lingering: set[PodUID] = set()  # terminal pods whose cgroup is still there: they count
+        self.lingering: set[PodUID] = set()  # ending pods whose cgroup is still there: they count
         self.stale: set[PodUID] = set()  # pod or allocation changed since computed
         self.files: FilesCache = {}  # each pod's rendered files, while its computation is unchanged
 
@@ -49,7 +49,8 @@ class NodeTally:
         self.stale.add(uid)
 
     def find_lingering(self, book: PodBook, reader: Reader, env: Environment) -> None:
-        """Which terminal pods still have their pod cgroup; those that changed are computed again."""
+        """Which ending pods (terminal, or being deleted) still have their pod cgroup; those that changed
+        are computed again."""
         lingering = {u for u in book.terminal if self._present(reader, env, book.pods[u])}
         self.stale |= lingering ^ self.lingering
         self.lingering = lingering

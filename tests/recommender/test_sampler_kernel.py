@@ -76,11 +76,26 @@ def test_pread_at_zero_reads_the_kernel_files_afresh(root: KernelRoot) -> None:
     pinned.close()
 
 
+def _until_still(root: KernelRoot, counter: str) -> None:
+    """Wait until the hog is asleep on its pipe: it says "ready" a few instructions before it blocks,
+    and a tick between those would see its CPU counter move."""
+    deadline = time.monotonic() + 5.0
+    previous = root.files.read(counter)
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = root.files.read(counter)
+        if now == previous:
+            return
+        previous = now
+    raise AssertionError(f"{counter} never held still")
+
+
 def test_samples_match_the_path_reads_and_a_recreated_cgroup_gets_new_descriptors(root: KernelRoot) -> None:
     target = _container(root)
     baseline = _fds()
     hog = root.start_hog(root.path("memory", "pod", "ctr"), 16)  # its two pipes are closed when it stops
     root.files.write(root.path("cpuacct", "pod", "ctr", "cgroup.procs"), str(hog.pid))
+    _until_still(root, root.path("cpuacct", "pod", "ctr", "cpuacct.usage"))
     with_hog = _fds()
     sampler, reference = Sampler(root.files), PathSampler(root.files)
     for n in range(3):  # the hog sleeps on its pipe: the counters hold still between the two reads
