@@ -24,7 +24,8 @@ class PodBook:
         self.pods: dict[PodUID, PodView] = {}
         self.order: dict[PodUID, int] = {}  # each pod's place in the node's order (arrival)
         self._next = 0
-        self.terminal: set[PodUID] = set()  # pods ending (terminal phase, or being deleted; few): checked for their cgroup
+        # pods ending (a terminal phase, or being deleted; few): checked for their cgroup
+        self.terminal: set[PodUID] = set()
         self.touched: set[PodUID] = set()  # records that may differ from the ones last saved
         self.active: set[PodUID] = set()  # records with a resize state or a restart
 

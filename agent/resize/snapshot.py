@@ -2,7 +2,8 @@
 
 `Reader` is the tree (the real files, or a dry run's `Simulated` overlay); `Snapshot` one read of it;
 `Computed` one pod at its allocated values (what the snapshot and admission's running sums are built
-from; its tier share is from the pod as it asks, as the kubelet's QoS pass counts it); `merged` swaps one pod's files (and the tiers) for a newer read. No I/O of its own.
+from; its tier share is from the pod as it asks, as the kubelet's QoS pass counts it); `merged` swaps
+one pod's files (and the tiers) for a newer read. No I/O of its own.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Why kept: a pass must cost O(the pods it acts on), so each pod's computation at its allocated values,
 its share of the tier sums and of the allocated requests (what admission measures against) and its
 rendered files stay here until its view or allocation changes (`stale`). A terminal pod, or one being
-deleted, counts, as the kubelet counts it, while its pod cgroup is still there (`lingering`). `snapshot` brings the totals up
-to date, reads the files that matter and diffs them.
+deleted, counts, as the kubelet counts it, while its pod cgroup is still there (`lingering`).
+`snapshot` brings the totals up to date, reads the files that matter and diffs them.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from agent.core.diff import FileDiff, NodeDiff, Owner
 from agent.core.model import UNLIMITED, ContainerID, ContainerValues, PodUID
 from agent.core.plan.types import INF, CgroupStep, ContainerStep, Resource
-from agent.core.plan.values import _cpu_limit_of, _int, _memory_limit_of
+from agent.core.plan.values import _cpu_limit_of, _int, _memory_limit_of, _memory_usage
 from cgroupfs import layout
 from cgroupfs.convert import PAGE_SIZE, parse_cpu_max
 from cgroupfs.layout import FileSetting
@@ -158,8 +158,7 @@ def _ordered_cgroup_writes(
 def _usage(g: _Group, extra: Mapping[str, str | None]) -> float | None:
     for f in g.files.values():
         if f.setting.controller is Controller.MEMORY:
-            name = layout.MEMORY_USAGE_V1 if f.setting.version is CgroupVersion.V1 else layout.MEMORY_CURRENT
-            return _int(name, extra.get(f"{f.setting.directory}/{name}"))
+            return _memory_usage(f.setting, extra)
     return None
 
 

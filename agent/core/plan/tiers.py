@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from agent.core.diff import NodeDiff, Owner
 from agent.core.model import Problem, TierKind
-from agent.core.plan.values import _int, _memory_limit_of
+from agent.core.plan.types import INF
+from agent.core.plan.values import _memory_limit_of, _memory_usage
 from cgroupfs import layout
-from cgroupfs.types import CgroupVersion
 
 MEMORY_LIMIT_FILES = frozenset({layout.MEMORY_LIMIT, layout.MEMORY_MAX})
 _RESERVE_RANK = {TierKind.BEST_EFFORT: 0, TierKind.BURSTABLE: 1}  # lowest tier first
@@ -64,20 +64,20 @@ def settle_negative_limits(node: NodeDiff, extra: Mapping[str, str | None]) -> t
             and name in MEMORY_LIMIT_FILES
             and _below_zero(f.setting.value)
         ):
-            usage_file = layout.MEMORY_USAGE_V1 if f.setting.version is CgroupVersion.V1 else layout.MEMORY_CURRENT
-            usage = _int(usage_file, extra.get(f"{f.setting.directory}/{usage_file}"))
+            usage = _memory_usage(f.setting, extra)
             what = (
                 f"QoS tier {f.setting.cgroup}: its qos-reserved memory limit {f.setting.value} is below zero "
                 "(the memory the higher tiers' pods ask for exceeds allocatable: a growth not admitted counts "
                 "as it asks)"
             )
-            if usage is None or usage == float("inf"):
+            if usage is None or usage == INF:
                 notes.append(Problem(None, f"{what}; its usage could not be read: left as it is"))
                 f = replace(f, differs=False)
             else:
                 at = str(int(usage))
                 notes.append(Problem(None, f"{what}; set at its usage {at}, as the kubelet does"))
-                f = replace(f, desired=replace(f.desired, setting=replace(f.setting, value=at)), differs=at != f.current)
+                setting = replace(f.setting, value=at)
+                f = replace(f, desired=replace(f.desired, setting=setting), differs=at != f.current)
         files.append(f)
     if not notes:
         return node, ()

@@ -8,6 +8,8 @@ from functools import lru_cache
 from agent.core.plan.types import INF
 from cgroupfs import layout
 from cgroupfs.convert import parse_cpu_max
+from cgroupfs.layout import FileSetting
+from cgroupfs.types import CgroupVersion
 
 
 @lru_cache(maxsize=8192)  # a plan's replay reads the same few texts hundreds of times (pure: name + text)
@@ -44,3 +46,9 @@ def _memory_limit_of(texts: Mapping[str, str | None]) -> float:
             mem = _int(name, texts[name])
             return INF if mem is None else mem
     return INF
+
+
+def _memory_usage(s: FileSetting, extra: Mapping[str, str | None]) -> float | None:
+    """The memory usage of the cgroup a memory file `s` is in, as the plan read it (`extra`)."""
+    name = layout.MEMORY_USAGE_V1 if s.version is CgroupVersion.V1 else layout.MEMORY_CURRENT
+    return _int(name, extra.get(f"{s.directory}/{name}"))
