@@ -2,11 +2,7 @@
 
 __all__ = ["__version__"]
 
-
-def __getattr__(name: str) -> str:
-    """`agent.__version__` on demand, so that importing the package reads no distribution metadata."""
-    if name == "__version__":
-        from agent.infra.version import version
-
-        return version()
-    raise AttributeError(f"module 'agent' has no attribute {name!r}")
+# The one source of the version: setuptools reads it into the distribution's metadata
+# (`[tool.setuptools.dynamic]` in pyproject.toml), and `version` prints it without reading that metadata back
+# (importlib.metadata and the email parser it imports cost a command ~25 ms).
+__version__ = "0.2.0.dev0"

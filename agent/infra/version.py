@@ -1,38 +1,29 @@
 """The agent's version, commit and Python, for `kube-cgroup-agent version` and the logs.
 
-The version has one source: `pyproject.toml`, read back from the installed distribution's metadata. The
+The version has one source: `agent.__version__`, which setuptools also writes into the distribution. The
 commit comes from `KCG_COMMIT` (the image sets it at build time, where no git exists), else from the git
 checkout the package runs from, else "unknown".
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Final
-
-DIST: Final = "kube-cgroup-agent"
 
 
-@functools.cache
 def version() -> str:
-    """Read on first use: importlib.metadata costs a CLI command that never prints it ~20 ms."""
-    from importlib import metadata
+    from agent import __version__
 
-    try:
-        return metadata.version(DIST)
-    except metadata.PackageNotFoundError:  # running from a source tree that was never installed
-        return "0+unknown"
+    return __version__
 
 
 def commit() -> str:
     env = os.environ.get("KCG_COMMIT", "").strip()
     if env:
         return env
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # agent/infra/version.py -> the checkout
     if not (root / ".git").exists():
         return "unknown"
     try:

@@ -19,7 +19,7 @@ PY=${PYTHON:-$REPO/.venv/bin/python}
 PACKAGES="python3-minimal,libpython3.11-stdlib,ca-certificates"
 [ "$(id -u)" = 0 ] || { echo "make image needs root (debootstrap)" >&2; exit 2; }
 cd "$REPO"
-VERSION=$("$PY" -c 'import tomllib;print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
+VERSION=$(PYTHONPATH="$REPO" "$PY" -c 'import agent;print(agent.__version__)')
 COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 export SOURCE_DATE_EPOCH=$EPOCH

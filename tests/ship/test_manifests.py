@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+import agent
 from agent.config.settings import from_mapping
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def test_the_schema_check_can_fail() -> None:
 
 
 def test_the_image_is_set_in_one_place_at_the_project_version() -> None:
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    version = agent.__version__
     kustomization = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
     assert kustomization["images"] == [{"name": "kube-cgroup-agent", "newName": "kube-cgroup-agent", "newTag": version}]
     base_files = "".join(p.read_text() for p in (DEPLOY / "base").glob("*.yaml") if p.name != "kustomization.yaml")
