@@ -65,18 +65,23 @@ def run(repeat: int = 7) -> dict[str, Any]:
     return out
 
 
-# Where the agent's own time goes, by what the profiler sees at the bottom of each call: the CRI call
-# (time in gRPC), the state record (fsync, rename), the cgroup files (open, read, write, close: kernfs),
-# and the Python around them (compute, diff, plan, invariant replay).
-_CATEGORIES: dict[str, tuple[str, ...]] = {
-    "state record (fsync, rename)": ("posix.fsync", "posix.replace"),
-    "cgroup files (open, read, write, close)": ("posix.open", "posix.read", "posix.write", "posix.close"),
+# Where the agent's own time goes: the disjoint steps of one resize pass, each by its cumulative time under the
+# profiler (module path suffix, function); what is left of the time outside gRPC is the rest of the pass (its
+# cgroup writes, the executor, status and events).
+_STEPS: dict[str, tuple[str, str]] = {
+    "two snapshots (the pod's kernel files read back, its values computed; before and after the update)": (
+        "agent/resize/tally.py", "snapshot"),
+    "state record (written, fsynced, renamed before the first write)": ("agent/resize/store.py", "save_changed"),
+    "plan and invariant replay": ("agent/core/plan/build.py", "build_plan"),
+    "admission": ("agent/resize/state.py", "admit_pending"),
 }
+REST = "the rest of the pass (cgroup writes, executor, status)"
 
 
 def _profiled(env: dict[str, str], tmp: Path) -> dict[str, Any] | None:
     """A second, profiled run of the CPU scenario (its times are not the figure's: the profiler slows the
-    Python): per resize, the agent's time outside the CRI call split by `_CATEGORIES`."""
+    Python): per resize, the agent's time outside the CRI call split into the steps of `_STEPS`, and each
+    step's share of it (the shares, applied to the unprofiled own time, are what the figure shows)."""
     import pstats
 
     prefix = tmp / "profile"
@@ -87,18 +92,22 @@ def _profiled(env: dict[str, str], tmp: Path) -> dict[str, Any] | None:
     path = Path(f"{prefix}.engine.128Mi.prof")
     if proc.returncode != 0 or not path.exists():
         return None
-    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
-    resizes = 20  # 10 rounds, two resizes each
-    builtin: dict[str, float] = {}
+    return split(pstats.Stats(str(path)).stats, resizes=20)  # type: ignore[attr-defined]  # 10 rounds, 2 each
+
+
+def split(stats: dict[tuple[str, int, str], tuple[Any, ...]], resizes: int) -> dict[str, Any]:
+    """Per resize: the time in gRPC, the time outside it, and the latter by step (`_STEPS`, then the rest)."""
     total = grpc = 0.0
-    for (file, _line, func), (_cc, _nc, tottime, _ct, _callers) in stats.items():
+    steps = dict.fromkeys(_STEPS, 0.0)
+    for (file, _line, func), (_cc, _nc, tottime, cumtime, _callers) in stats.items():
         total += tottime
         if "grpc" in file:
             grpc += tottime
-        elif file == "~":  # "<built-in method posix.fsync>"
-            name = func.removeprefix("<built-in method ").removesuffix(">")
-            builtin[name] = builtin.get(name, 0.0) + tottime
+        for label, (suffix, name) in _STEPS.items():
+            if func == name and file.endswith(suffix):
+                steps[label] += cumtime
     own = (total - grpc) / resizes
-    out = {label: sum(builtin.get(f, 0.0) for f in funcs) / resizes for label, funcs in _CATEGORIES.items()}
-    out["Python (compute, diff, plan, replay, the rest)"] = own - sum(out.values())
-    return {"per_resize_s": out, "own_s": own, "in_grpc_s": grpc / resizes, "resizes": resizes}
+    out = {label: t / resizes for label, t in steps.items()}
+    out[REST] = max(own - sum(out.values()), 0.0)
+    return {"per_resize_s": out, "share": {k: v / own for k, v in out.items()} if own else {}, "own_s": own,
+            "in_grpc_s": grpc / resizes, "resizes": resizes}

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import diff_phases
 from bench.gen import make_node
 
 SIZES = (10, 100, 1000, 5000)
@@ -52,4 +53,7 @@ def run(repeat: int = 7, sizes: tuple[int, ...] = SIZES) -> dict[str, Any]:
                 "--hugepage-sizes", "2Mi,1Gi", "-o", "json",
             ]
             out["diff"][str(n)] = _time(cmd, repeat if n <= 1000 else max(3, repeat // 2))
+            if n == 1000:  # the profile of the goal's size, beside its figure
+                out["phases_1000"] = diff_phases.profile(cmd[4:])
+    out["version_imports"] = diff_phases.imports(["version"])
     return out
