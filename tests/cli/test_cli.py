@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from agent.commands.main import main
-
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "agent" / "commands" / "samples" / "node"
 CONFIG = str(SAMPLE / "config.yaml")
@@ -260,10 +258,6 @@ def test_converged_tree_diffs_clean(tmp_path: Path) -> None:
     assert "no differences" in again.stdout
 
 
-def test_version() -> None:
-    assert main(["version"]) == 0
-
-
 def test_importing_the_cli_does_not_import_kubernetes_or_grpc() -> None:
     code = (
         "import sys, agent.commands.main, agent.pipeline, agent.commands.render, agent.core.plan;"
@@ -372,30 +366,6 @@ def test_the_parser_of_one_command_reads_its_lines_as_the_whole_parser(line: lis
 
     assert set(COMMAND_ARGS) == {line[0] for line in LINES}
     assert parser(line[0]).parse_args(line) == parser().parse_args(line)
-
-
-def test_the_version_command_prints_the_installed_distributions_version() -> None:
-    """One source: what setuptools wrote into the distribution is what `version` prints."""
-    r = run_cli("version")
-    assert r.returncode == 0, r.stderr
-    from importlib.metadata import version
-
-    assert r.stdout.startswith(f"kube-cgroup-agent {version('kube-cgroup-agent')} (commit ")
-    assert "0+unknown" not in r.stdout
-
-
-def test_the_version_command_names_the_checkouts_commit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """From a git checkout (as `make` installs it) the commit is HEAD's; the image sets KCG_COMMIT instead."""
-    from agent.infra.version import commit
-
-    root = Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
-        pytest.skip("not a git checkout")
-    monkeypatch.delenv("KCG_COMMIT", raising=False)
-    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True)
-    assert commit() == head.stdout.strip()
-    monkeypatch.setenv("KCG_COMMIT", "0123abcd")
-    assert commit() == "0123abcd"
 
 
 def test_check_reports_mode_and_a_dead_runtime_socket(tmp_path: Path) -> None:
