@@ -17,6 +17,10 @@ log "clock: guest $(date +%s) host at share write $HOST_TIME"
 
 log "network: $NODE_IP/$NODE_PREFIX on eth0, default via $GATEWAY"
 echo "$NODE_NAME" > /proc/sys/kernel/hostname
+# The unit waits for the file systems, not for the network device: after a reboot under TCG the virtio NIC
+# can still be probing when this runs (seen once: "Cannot find device eth0" 0.2 s into the setup).
+for _ in $(seq 1200); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
+[ -e /sys/class/net/eth0 ] || { log "no eth0 after 120 s (devices: $(echo /sys/class/net/*))"; exit 1; }
 ip link set lo up
 ip link set eth0 up
 ip addr replace "$NODE_IP/$NODE_PREFIX" dev eth0
