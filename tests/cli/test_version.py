@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from agent.commands.main import main
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True, cwd=ROOT, check=False)
+from tests.cli.test_cli import ROOT, run_cli
 
 
 def test_version() -> None:
@@ -35,11 +28,10 @@ def test_the_version_command_names_the_checkouts_commit(monkeypatch: pytest.Monk
     """From a git checkout (as `make` installs it) the commit is HEAD's; the image sets KCG_COMMIT instead."""
     from agent.infra.version import commit
 
-    root = Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
+    if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     monkeypatch.delenv("KCG_COMMIT", raising=False)
-    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True)
     assert commit() == head.stdout.strip()
     monkeypatch.setenv("KCG_COMMIT", "0123abcd")
     assert commit() == "0123abcd"
