@@ -132,13 +132,15 @@ def explain(args: argparse.Namespace) -> int:
     files = [f for f in result.diff.files if f.desired.pod == comp.pod.key]
     resizes = _resize_dry_run(settings, result.env, vpa)
     status = next((s for s in resizes.statuses if s.uid == comp.pod.uid), None) if resizes else None
-    from agent.core.diff import container_weight_formula
+    from agent.core.diff import container_weight_formula, quota_writes
     from cgroupfs.layout import CPU_WEIGHT
+    from cgroupfs.types import DriverKind
 
     weights = None
     if any(f.setting.filename == CPU_WEIGHT for f in result.diff.files):  # cgroup v2: name the formulas
         weights = container_weight_formula(result.diff.files)
-    print(render.explain(comp, files, status, weights))
+    quotas = quota_writes(result.diff.files) if settings.cgroup_driver is DriverKind.SYSTEMD else None
+    print(render.explain(comp, files, status, weights, quotas))
     for source in vpa:
         if status is not None:
             source.observe_status(status.uid, status.pod, status.state.value, status.message or status.reason)

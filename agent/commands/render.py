@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agent.core.compute.pod import PodComputation
-from agent.core.diff import FileDiff, NodeDiff, Owner, WeightFormulaEvidence
+from agent.core.diff import FileDiff, NodeDiff, Owner, QuotaWriteEvidence, WeightFormulaEvidence
 from agent.core.model import UNLIMITED, Problem, Resources
 from cgroupfs.convert import hugepage_size_name
 
@@ -24,7 +24,9 @@ def _problems(items: Iterable[Problem]) -> list[dict[str, Any]]:
 def diff_json(node: NodeDiff, show_all: bool = False) -> str:
     files = node.files if show_all else node.changes
     cgroups = [
-        {"path": f.setting.path, "current": f.current, "desired": f.setting.value}
+        {"path": f.setting.path, "current": f.current, "desired": f.setting.value,
+         # under the systemd driver, a CPU limit's exact quota beside systemd's rounded one
+         **({"accept": list(f.desired.accept)} if f.desired.accept else {})}
         for f in files
         if f.desired.owner is not Owner.CONTAINER
     ]
@@ -37,7 +39,8 @@ def diff_json(node: NodeDiff, show_all: bool = False) -> str:
             "path": f.setting.path,
             "current": f.current,
             "desired": f.setting.value,
-            # values that mean the same (a container's cgroup v2 cpu.weight: either runtime formula)
+            # values that mean the same (a container's cgroup v2 cpu.weight: either runtime formula; under the
+            # systemd driver a CPU limit's exact quota)
             **({"accept": list(f.desired.accept)} if f.desired.accept else {}),
         }
         for f in files
@@ -52,11 +55,54 @@ def diff_json(node: NodeDiff, show_all: bool = False) -> str:
     return json.dumps(out, indent=2)
 
 
+_QUOTA_FILES = ("cpu.max", "cpu.cfs_quota_us")
+
+
 def _arrow(f: FileDiff) -> str:
     cur = "(missing)" if f.current is None else f.current
     if not f.differs:
+        if f.desired.accept and f.setting.filename in _QUOTA_FILES and f.current not in (None, f.setting.value):
+            return f"{cur}  (ok: the exact quota; systemd keeps {f.setting.value}, and writes it at its next re-apply)"
         return f"{cur}  (ok)"
     return f"{cur} → {f.setting.value}"
+
+
+def _systemd_quota(quota: int | None, period: int | None) -> tuple[int, int] | None:
+    """systemd's rounded (quota, period) where it differs from the exact one; None where they agree."""
+    from cgroupfs.systemd.grain import cpu_max_forms
+
+    forms = cpu_max_forms(quota, period)
+    return forms[0] if len(forms) > 1 else None
+
+
+def _quota_lines(
+    comp: PodComputation, quotas: Mapping[Owner, QuotaWriteEvidence], weights: WeightFormulaEvidence | None
+) -> list[str]:
+    v = comp.values
+    kept = _systemd_quota(v.cpu_quota, v.cpu_period)
+    if kept is None and not any(_systemd_quota(c.values.cpu_quota, c.values.cpu_period) for c in comp.containers):
+        return []
+    lines = ["  cpu quota under the systemd driver: systemd keeps CPUQuota= in whole percents (10 ms per CPU second) and "
+             "writes that rounded quota whenever it applies the unit (its start, every daemon-reload, another "
+             "property change); a writer before opencontainers/cgroups v0.0.2 (a kubelet < 1.34 for pods, runc < 1.3.2 "
+             "for containers) leaves the exact quota in the file until then, newer ones write the rounded one at "
+             "once: either value is converged, and the agent writes the rounded one"]
+    if kept is not None:
+        lines.append(f"    pod: exact {v.cpu_quota} per {v.cpu_period} µs, systemd's {kept[0]} per {kept[1]} µs")
+    for cc in comp.containers:
+        c = _systemd_quota(cc.values.cpu_quota, cc.values.cpu_period)
+        if c is not None:
+            lines.append(f"    container {cc.container.name}: exact {cc.values.cpu_quota} per {cc.values.cpu_period} µs, "
+                         f"systemd's {c[0]} per {c[1]} µs")
+    said = {Owner.POD: "pod slices by the kubelet", Owner.CONTAINER: "containers by the runtime"}
+    lines.extend(f"    {said[o]}: {quotas[o].describe()}" for o in (Owner.POD, Owner.CONTAINER) if o in quotas)
+    from cgroupfs.systemd.grain import runc_quota_write_of_weight_formula
+
+    write = runc_quota_write_of_weight_formula(weights.formula) if weights is not None else None
+    if write is not None:  # runc 1.3.2 changed both
+        lines.append(f"    the containers' cpu.weight formula ({weights.formula if weights else ''}) says runc writes "
+                     f"quotas {write.value}")
+    return lines
 
 
 def _footer(warnings: Sequence[Problem], errors: Sequence[Problem]) -> list[str]:
@@ -173,9 +219,11 @@ def explain(
     files: Sequence[FileDiff] = (),
     resize: ResizeStatus | None = None,
     weights: WeightFormulaEvidence | None = None,
+    quotas: Mapping[Owner, QuotaWriteEvidence] | None = None,
 ) -> str:
     """How each value of one pod was derived: QoS and why, each sum, each formula, each file; on cgroup v2,
-    which shares→weight formula the runtime uses for containers (`weights`, read node-wide)."""
+    which shares→weight formula the runtime uses for containers (`weights`, read node-wide); under the
+    systemd driver (`quotas`, read node-wide, not None), a quota's two forms and how its writers left it."""
     p = comp.pod
     v = comp.values
     lines = [f"pod {p.key} (uid {p.uid})", f"  QoS class: {comp.qos.qos.value} — {comp.qos.reason}"]
@@ -241,6 +289,8 @@ def explain(
             "  cpu.weight: pod and QoS cgroups linear (the kubelet: 1 + (shares - 2) * 9999 / 262142); "
             f"containers by the runtime: {weights.describe()}"
         )
+    if quotas is not None:
+        lines.extend(_quota_lines(comp, quotas, weights))
     if files:
         lines.append("  files:")
         for f in files:

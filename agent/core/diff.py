@@ -7,7 +7,7 @@ the shell reads them (and the usage files a memory decrease needs), `diff` (pure
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from agent.core.compute import NodeComputation
@@ -17,7 +17,7 @@ from cgroupfs import layout
 from cgroupfs.convert import shares_to_weight_linear, shares_to_weight_quadratic
 from cgroupfs.layout import FileSetting, Hierarchy, RenderOptions
 from cgroupfs.naming import cgroup_dir, container_dir
-from cgroupfs.types import CgroupValues, Controller
+from cgroupfs.types import CgroupValues, CgroupVersion, Controller, DriverKind
 
 
 class Owner(enum.StrEnum):
@@ -48,7 +48,7 @@ class DesiredFile:
     pod_uid: PodUID | None = None
     container: str | None = None
     container_id: ContainerID | None = None
-    accept: tuple[str, ...] = ()  # other values that mean the same (see container_files)
+    accept: tuple[str, ...] = ()  # other values that mean the same (see container_files, quota_accept)
 
     @property
     def field(self) -> str:
@@ -100,6 +100,29 @@ def _container_values(values: ContainerValues) -> CgroupValues:
     )
 
 
+def quota_accept(
+    settings: Iterable[FileSetting], values: CgroupValues, opts: RenderOptions
+) -> Iterator[tuple[FileSetting, tuple[str, ...]]]:
+    """Each setting with the other values its file may hold. Under the systemd driver a CPU limit file holds
+    either systemd's rounded quota (the rendered value: what systemd keeps, and what the agent writes) or the
+    exact one an older writer leaves there until systemd's next re-apply (runc < 1.3.2 for containers, a
+    kubelet < 1.34 for pods: cgroupfs.systemd.grain); both are converged, so neither the change from one to
+    the other at a daemon-reload nor the exact one is a difference to write back."""
+    if opts.driver is not DriverKind.SYSTEMD or not (values.cpu_quota or values.cpu_period):
+        for s in settings:
+            yield s, ()
+        return
+    by_version: dict[CgroupVersion, dict[str, tuple[str, ...]]] = {}
+    for s in settings:
+        if s.controller is not Controller.CPU:
+            yield s, ()
+            continue
+        forms = by_version.get(s.version)
+        if forms is None:
+            forms = by_version[s.version] = layout.systemd_accept(s.version, values)
+        yield s, forms.get(s.filename, ())
+
+
 def container_files(
     pod: PodComputation, hierarchy: Hierarchy, opts: RenderOptions, container_opts: RenderOptions
 ) -> tuple[DesiredFile, ...]:
@@ -112,11 +135,9 @@ def container_files(
         if status is None or status.container_id is None:
             continue
         sub = container_dir(pod_dir, status.container_id, opts.driver, status.runtime or "containerd")
-        settings = layout.render(
-            pod.cgroup, _container_values(cc.values), hierarchy, container_opts, subdir=sub
-        )
-        for s in settings:
-            accept: tuple[str, ...] = ()
+        values = _container_values(cc.values)
+        settings = layout.render(pod.cgroup, values, hierarchy, container_opts, subdir=sub)
+        for s, accept in quota_accept(settings, values, container_opts):
             if s.filename == layout.CPU_WEIGHT:
                 # The runtime, not the agent, turns a container's shares into cgroup v2 cpu.weight, with a
                 # formula that depends on its version (runc < 1.3.2 linear, newer quadratic): either result
@@ -184,6 +205,51 @@ def container_weight_formula(files: Iterable[FileDiff]) -> WeightFormulaEvidence
     return WeightFormulaEvidence(linear, quadratic, either)
 
 
+_QUOTA_WRITERS = {  # who writes a quota to each kind of cgroup, before and after opencontainers/cgroups v0.0.2
+    Owner.POD: ("a kubelet < 1.34", "a kubelet >= 1.34"),
+    Owner.CONTAINER: ("runc < 1.3.2", "runc >= 1.3.2"),
+    Owner.TIER: ("an exact writer", "a rounded writer"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaWriteEvidence:
+    """How the CPU quotas that are not whole percents were left in their files under the systemd driver: the
+    exact quota shows a writer before opencontainers/cgroups v0.0.2 and no systemd re-apply since; systemd's
+    rounded one a newer writer, or a re-apply since (cgroupfs.systemd.grain)."""
+
+    owner: Owner
+    exact: int = 0
+    rounded: int = 0
+
+    def describe(self) -> str:
+        old, new = _QUOTA_WRITERS[self.owner]
+        if self.exact and self.rounded:
+            return (f"both: {self.exact} exact (written by {old}, not re-applied by systemd since), "
+                    f"{self.rounded} rounded")
+        if self.exact:
+            return f"exact ({old}), seen in {self.exact}; systemd writes the rounded one at its next re-apply"
+        if self.rounded:
+            return f"rounded ({new}, or re-applied by systemd since), seen in {self.rounded}"
+        return "no quota that is not a whole percent read"
+
+
+def quota_writes(files: Iterable[FileDiff]) -> dict[Owner, QuotaWriteEvidence]:
+    """The evidence per kind of cgroup, from every CPU limit file with two accepted forms (a value that is
+    neither — a resize under way — is not evidence)."""
+    counts: dict[Owner, list[int]] = {}
+    for f in files:
+        d = f.desired
+        if not d.accept or f.current is None or d.setting.filename not in (layout.CPU_MAX, layout.CPU_QUOTA):
+            continue
+        seen = counts.setdefault(d.owner, [0, 0])
+        if _same(d.setting.filename, f.current, d.setting.value):
+            seen[1] += 1
+        elif _same(d.setting.filename, f.current, d.accept[-1]):
+            seen[0] += 1
+    return {owner: QuotaWriteEvidence(owner, exact, rounded) for owner, (exact, rounded) in counts.items()}
+
+
 FilesCache = MutableMapping[PodUID, tuple[PodComputation, tuple[DesiredFile, ...]]]
 """Each pod's rendered files, by UID, with the computation they were rendered from (reused while that
 very object is the pod's computation: a resync renders only the pods that changed)."""
@@ -201,7 +267,8 @@ def desired_files(
     out: list[DesiredFile] = []
     for tier in comp.tiers:
         out.extend(
-            DesiredFile(s, Owner.TIER) for s in layout.render(tier.cgroup, tier.values, hierarchy, opts)
+            DesiredFile(s, Owner.TIER, accept=accept)
+            for s, accept in quota_accept(layout.render(tier.cgroup, tier.values, hierarchy, opts), tier.values, opts)
         )
     for pod in comp.pods:
         hit = cache.get(pod.pod.uid) if cache is not None else None
@@ -210,7 +277,8 @@ def desired_files(
             continue
         key = pod.pod.key  # one string for all the pod's files (a node's rendered files are kept)
         files = tuple(
-            DesiredFile(s, Owner.POD, key, pod.pod.uid) for s in layout.render(pod.cgroup, pod.values, hierarchy, opts)
+            DesiredFile(s, Owner.POD, key, pod.pod.uid, accept=accept)
+            for s, accept in quota_accept(layout.render(pod.cgroup, pod.values, hierarchy, opts), pod.values, opts)
         )
         if include_containers:
             files += container_files(pod, hierarchy, opts, container_opts or opts)

@@ -3,7 +3,7 @@ when no record of it survives."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from agent.config.settings import Settings
@@ -17,12 +17,25 @@ from cgroupfs import layout
 from cgroupfs.convert import parse_cpu_max
 
 
-def container_values_from(texts: dict[str, str | None], want: ContainerValues) -> ContainerValues | None:
+def container_values_from(
+    texts: dict[str, str | None], want: ContainerValues, accept: Mapping[str, tuple[str, ...]] | None = None
+) -> ContainerValues | None:
     """A container's values as its cgroup files show them (None when none could be read); a file that
-    shows the wanted value maps back to it exactly (cpu.weight is not invertible otherwise)."""
+    shows the wanted value maps back to it exactly (cpu.weight is not invertible otherwise). `accept` names,
+    per file, the other values that mean the wanted one: under the systemd driver a CPU limit file holds the
+    exact quota or systemd's rounded one (cgroupfs.systemd.grain), neither of which is a resize."""
     if all(v is None for v in texts.values()):
         return None
     out = want
+
+    def accepted(name: str) -> bool:
+        current = texts.get(name)
+        forms = accept.get(name, ()) if accept else ()
+        try:
+            return current is not None and any(
+                layout.canonical(name, current) == layout.canonical(name, v) for v in forms)
+        except ValueError:
+            return False
 
     def same(name: str, value: str) -> bool:
         current = texts.get(name)
@@ -34,11 +47,11 @@ def container_values_from(texts: dict[str, str | None], want: ContainerValues) -
     try:
         if (t := texts.get(layout.CPU_SHARES)) is not None:
             out = replace(out, cpu_shares=int(t))
-        if (t := texts.get(layout.CPU_QUOTA)) is not None:
+        if (t := texts.get(layout.CPU_QUOTA)) is not None and not accepted(layout.CPU_QUOTA):
             out = replace(out, cpu_quota=int(t))
-        if (t := texts.get(layout.CPU_PERIOD)) is not None:
+        if (t := texts.get(layout.CPU_PERIOD)) is not None and not accepted(layout.CPU_PERIOD):
             out = replace(out, cpu_period=int(t))
-        if (t := texts.get(layout.CPU_MAX)) is not None:
+        if (t := texts.get(layout.CPU_MAX)) is not None and not accepted(layout.CPU_MAX):
             q, p = parse_cpu_max(t)
             out = replace(out, cpu_quota=q if q > 0 else UNLIMITED, cpu_period=p)
         for name in (layout.MEMORY_LIMIT, layout.MEMORY_MAX):
@@ -61,13 +74,17 @@ def rebuild_records(settings: Settings, env: Environment, pods: Sequence[PodView
     mine = [d for d in wanted if d.owner is Owner.CONTAINER and d.pod is not None and d.container]
     read, _ = env.files.read_many(d.setting.path for d in mine)
     texts: dict[tuple[str, str], dict[str, str | None]] = {}
+    accept: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
     for d in mine:
         texts.setdefault((d.pod or "", d.container or ""), {})[d.setting.filename] = read[d.setting.path]
+        if d.setting.filename != layout.CPU_WEIGHT:  # the weight's two formulas are not the same shares
+            accept.setdefault((d.pod or "", d.container or ""), {})[d.setting.filename] = (d.setting.value, *d.accept)
     out = []
     for pc in comp.pods:
         observed: dict[str, ContainerValues] = {}
         for cc in pc.containers:
-            values = container_values_from(texts.get((pc.pod.key, cc.container.name), {}), cc.values)
+            key = (pc.pod.key, cc.container.name)
+            values = container_values_from(texts.get(key, {}), cc.values, accept.get(key))
             if values is not None:
                 observed[cc.container.name] = values
         alloc = rebuild_allocation(pc.pod, observed, cfg)

@@ -188,7 +188,7 @@ def _container_values(g: _Group, desired: ContainerValues, resource: Resource) -
     """The full set to send: the resource being changed at its new value; during the memory phase the
     CPU limit stays at its current value so that CPU changes keep their own ordering."""
     if resource != "memory":
-        return desired
+        return _desired_cpu(g, desired)
     current_quota = g.text(layout.CPU_QUOTA, False)
     current_period = g.text(layout.CPU_PERIOD, False)
     if layout.CPU_MAX in g.files:
@@ -206,6 +206,23 @@ def _container_values(g: _Group, desired: ContainerValues, resource: Resource) -
     except ValueError:
         return desired
     return replace(desired, cpu_quota=quota, cpu_period=period)
+
+
+def _desired_cpu(g: _Group, desired: ContainerValues) -> ContainerValues:
+    """The CPU limit to send as the container's files should hold it: under the systemd driver the rounded
+    quota systemd keeps (cgroupfs.systemd.grain), so that a runtime which writes the exact quota to the file
+    (runc < 1.3.2) writes the value systemd keeps and a daemon-reload changes nothing; elsewhere the same."""
+    try:
+        if (text := g.text(layout.CPU_MAX, True)) is not None:
+            q, p = parse_cpu_max(text)
+            return replace(desired, cpu_quota=q if q > 0 else UNLIMITED, cpu_period=p)
+        quota, period = g.text(layout.CPU_QUOTA, True), g.text(layout.CPU_PERIOD, True)
+        if quota is not None and period is not None:
+            q = int(quota)
+            return replace(desired, cpu_quota=q if q > 0 else UNLIMITED, cpu_period=int(period))
+    except ValueError:
+        pass
+    return desired
 
 
 def _reclaim_target(usage: float, new_limit: float, current: float) -> int | None:
