@@ -3,8 +3,8 @@ on a private bus over the strict fake tree, and the real systemd (PID 1) of the 
 
 The pod's and tiers' values go to their slice units as properties over D-Bus, only what systemd cannot
 express (hugetlb) is written to files, the kernel's files carry the values, a second apply writes nothing,
-`diff` does not flap on systemd's 10 ms quota rounding, and a daemon-reload keeps everything (while it
-reverts a write that went around systemd)."""
+`diff` does not flap on systemd's 10 ms quota rounding nor on an exact writer's unrounded quota, and a
+daemon-reload keeps everything (while it reverts a write that went around systemd)."""
 
 from __future__ import annotations
 
@@ -124,6 +124,29 @@ def test_daemon_reload_reverts_a_write_around_systemd(systemd_backend: SystemdBa
     b.daemon_reload()
     assert b.read(_name(POD), "cpu.weight") == "10"
     assert b.read(_name(POD), "memory.max") == str(128 * MI)
+
+
+@pytest.mark.parametrize("systemd_backend", SYSTEMD_BACKENDS, indirect=True)
+def test_an_exact_writers_quota_is_converged_before_and_after_a_daemon_reload(
+    systemd_backend: SystemdBackend, tmp_path: Path
+) -> None:
+    """runc < 1.3.2 and a kubelet < 1.34 send CPUQuotaPerSecUSec rounded up (340 ms a second for 333m), then
+    write the exact quota 33300 to the file (cgroupfs.systemd.grain): the agent's diff accepts it and writes
+    nothing; a daemon-reload puts systemd's 34000 back: still converged, still nothing written."""
+    b = systemd_backend
+    settings = _kubelet_slices(b, tmp_path)
+    config = str(tmp_path / "config.yaml")
+    assert reconcile_once(settings).ok
+    b.write_directly(_name(POD), "cpu.max", "33300 100000")  # what an exact writer's fsMgr.Set leaves
+    assert main(["diff", "--config", config]) == 0
+    again = reconcile_once(settings)
+    assert again.ok and again.execution.writes == 0, again.to_json()
+    assert b.read(_name(POD), "cpu.max") == "33300 100000"  # the agent did not "fix" it
+    b.daemon_reload()
+    assert b.read(_name(POD), "cpu.max") == "34000 100000"
+    assert main(["diff", "--config", config]) == 0
+    after = reconcile_once(settings)
+    assert after.ok and after.execution.writes == 0, after.to_json()
 
 
 @pytest.mark.parametrize("systemd_backend", SYSTEMD_BACKENDS[:1], indirect=True)
