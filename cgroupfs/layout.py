@@ -178,16 +178,15 @@ def _cpu_files(version: CgroupVersion, values: CgroupValues, opts: RenderOptions
     return out
 
 
-def systemd_accept(version: CgroupVersion, values: CgroupValues) -> dict[str, tuple[str, ...]]:
+def systemd_accept(version: CgroupVersion, values: CgroupValues) -> Mapping[str, tuple[str, ...]]:
     """Under the systemd driver, the other strings each CPU limit file may hold for `values` besides the one
     `render` gives (systemd's, which it keeps): the exact quota a writer before opencontainers/cgroups v0.0.2
     leaves in the file until systemd's next re-apply (cgroupfs.systemd.grain). {} when every form agrees."""
     if not values.cpu_quota and not values.cpu_period:
         return {}
-    from cgroupfs.systemd.grain import cpu_file_forms
+    from cgroupfs.systemd.grain import other_file_forms
 
-    return {name: forms[1:] for name, forms in cpu_file_forms(version, values.cpu_quota, values.cpu_period).items()
-            if len(forms) > 1}
+    return other_file_forms(version, values.cpu_quota, values.cpu_period)
 
 
 def _memory_files(version: CgroupVersion, values: CgroupValues, _: RenderOptions) -> list[tuple[str, str]]:

@@ -112,7 +112,7 @@ def quota_accept(
         for s in settings:
             yield s, ()
         return
-    by_version: dict[CgroupVersion, dict[str, tuple[str, ...]]] = {}
+    by_version: dict[CgroupVersion, Mapping[str, tuple[str, ...]]] = {}
     for s in settings:
         if s.controller is not Controller.CPU:
             yield s, ()
@@ -137,7 +137,9 @@ def container_files(
         sub = container_dir(pod_dir, status.container_id, opts.driver, status.runtime or "containerd")
         values = _container_values(cc.values)
         settings = layout.render(pod.cgroup, values, hierarchy, container_opts, subdir=sub)
-        for s, accept in quota_accept(settings, values, container_opts):
+        pairs = (quota_accept(settings, values, container_opts) if container_opts.driver is DriverKind.SYSTEMD
+                 else ((s, ()) for s in settings))
+        for s, accept in pairs:
             if s.filename == layout.CPU_WEIGHT:
                 # The runtime, not the agent, turns a container's shares into cgroup v2 cpu.weight, with a
                 # formula that depends on its version (runc < 1.3.2 linear, newer quadratic): either result
@@ -265,6 +267,7 @@ def desired_files(
 ) -> tuple[DesiredFile, ...]:
     """Every file the node's desired state occupies: tiers, then each pod and its containers."""
     out: list[DesiredFile] = []
+    systemd = opts.driver is DriverKind.SYSTEMD  # only there has a CPU limit two forms (quota_accept)
     for tier in comp.tiers:
         out.extend(
             DesiredFile(s, Owner.TIER, accept=accept)
@@ -276,9 +279,11 @@ def desired_files(
             out.extend(hit[1])
             continue
         key = pod.pod.key  # one string for all the pod's files (a node's rendered files are kept)
-        files = tuple(
-            DesiredFile(s, Owner.POD, key, pod.pod.uid, accept=accept)
-            for s, accept in quota_accept(layout.render(pod.cgroup, pod.values, hierarchy, opts), pod.values, opts)
+        settings = layout.render(pod.cgroup, pod.values, hierarchy, opts)
+        files = (
+            tuple(DesiredFile(s, Owner.POD, key, pod.pod.uid, accept=a) for s, a in quota_accept(settings, pod.values, opts))
+            if systemd
+            else tuple(DesiredFile(s, Owner.POD, key, pod.pod.uid) for s in settings)
         )
         if include_containers:
             files += container_files(pod, hierarchy, opts, container_opts or opts)

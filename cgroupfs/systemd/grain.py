@@ -31,6 +31,7 @@ where the kernel refuses the writer's value anyway).
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Iterable
 from typing import Final
@@ -130,14 +131,29 @@ def cpu_max_forms(quota_us: int | None, period_us: int | None) -> tuple[tuple[in
 def cpu_file_forms(version: CgroupVersion, quota_us: int | None, period_us: int | None) -> dict[str, tuple[str, ...]]:
     """The strings each CPU limit file may hold (`cpu.max` on v2; `cpu.cfs_quota_us` and
     `cpu.cfs_period_us` on v1), systemd's first; {} when nothing is sent."""
+    return dict(_cpu_file_forms(version, quota_us, period_us))
+
+
+@functools.lru_cache(maxsize=4096)
+def other_file_forms(version: CgroupVersion, quota_us: int | None, period_us: int | None) -> dict[str, tuple[str, ...]]:
+    """`cpu_file_forms` less systemd's (the rendered value), only for files with more than one: what a diff
+    accepts besides it. Cached, and so shared: never change the result."""
+    return {name: forms[1:] for name, forms in _cpu_file_forms(version, quota_us, period_us) if len(forms) > 1}
+
+
+@functools.lru_cache(maxsize=4096)
+def _cpu_file_forms(
+    version: CgroupVersion, quota_us: int | None, period_us: int | None
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    # a node's pods share few limits: each is worked out once, not once per cgroup and pass
     forms = cpu_max_forms(quota_us, period_us)
     if not forms:
-        return {}
+        return ()
     if version is CgroupVersion.V2:
-        return {"cpu.max": tuple(render_cpu_max(q, p) for q, p in forms)}
+        return (("cpu.max", tuple(render_cpu_max(q, p) for q, p in forms)),)
     quotas = tuple(dict.fromkeys(str(q) for q, _ in forms))
     periods = tuple(dict.fromkeys(str(p) for _, p in forms))
-    return {"cpu.cfs_period_us": periods, "cpu.cfs_quota_us": quotas}
+    return ("cpu.cfs_period_us", periods), ("cpu.cfs_quota_us", quotas)
 
 
 def persisted_quota_per_sec(per_sec_us: int, two_decimals: bool) -> int:
