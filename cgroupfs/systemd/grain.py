@@ -25,7 +25,9 @@ the unit's history since: `cpu_max_forms` names both. Everything else the kubele
 systemd is kept at the file's own grain (`reapplied_files`: `CPUWeight` and `CPUShares` are integers
 written as they are, `MemoryMax`/`MemoryLow`/`MemoryLimit` bytes written as they are and rounded to whole
 pages by the kernel for writer and systemd alike, `CPUQuotaPeriodUSec` microseconds, clamped by systemd only
-where the kernel refuses the writer's value anyway).
+where the kernel refuses the writer's value anyway). One more edge, outside what the agent supports: systemd
+< 242 has no `CPUQuotaPeriodUSec`, so runc writes a period other than 100 ms to the file only (common.go
+`addCPUQuota`: "setting will still be applied to cgroupfs") and systemd's re-apply puts 100 ms back.
 """
 
 from __future__ import annotations
