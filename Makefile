@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SAMPLE := agent/commands/samples/node
 
-.PHONY: venv bytecode run test lint unit e2e e2e-v2 e2e-k8s reliability bench clean image
+.PHONY: venv bytecode run test lint unit e2e e2e-v2 e2e-k8s scale reliability bench clean image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ e2e-v2: venv
 # The agent beside a real v1.36 kubelet on this machine (outside CI; README "A real cluster").
 e2e-k8s: venv image
 	bash tests/e2e_k8s/run.sh
+
+# What one agent costs the API server and itself when the cluster around its node is big and busy (outside
+# CI; bench/scale/README.md): the kit's etcd and kube-apiserver on ports and in a state directory of their
+# own, simulated nodes, real agents. About 25 minutes; SCALE_ARGS=--quick is a smoke run of a few minutes.
+scale: venv
+	$(BIN)/python -m bench.scale $(SCALE_ARGS)
 
 # Fault injection, SIGKILLs and soak on this host's real cgroup v1 files (root); RELIABILITY.md has the
 # figures. CI runs the short form: RELIABILITY_ARGS=--short.

@@ -68,6 +68,12 @@ def _rollout(d: dict[str, Any], results: Path) -> list[str]:
     return rollout.markdown(d, meta(d), load(results, "prepull"))
 
 
+def _scale(d: dict[str, Any], results: Path) -> list[str]:
+    from bench.scale import report
+
+    return report.markdown(d, load(results, "scale-before"))
+
+
 Render = Callable[[dict[str, Any]], list[str]]
 
 
@@ -85,4 +91,5 @@ def in_order(results: Path) -> list[tuple[str, Render]]:
         ("vpa", _vpa),
         ("rollout", lambda d: _rollout(d, results)),
         ("resize_latency", cluster.resize_latency),
+        ("scale", lambda d: _scale(d, results)),
     ]

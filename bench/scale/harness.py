@@ -1,0 +1,184 @@
+"""The harness's world and its life: the control plane, the agent install, the simulated nodes with their
+own pods, the byte-counting proxy, the keeper, the agents, the simulated kubelets, the reference watcher;
+snapshots of what is measured; and the teardown of everything it started (by PID), leaving nothing."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.scale import metrics
+from bench.scale.agents import Process, start_agent, start_keeper, wait_ready
+from bench.scale.api import Client, Credentials, in_parallel
+from bench.scale.audit import AuditTail
+from bench.scale.churn import Churn, Cluster, Counts, now_iso
+from bench.scale.cluster import Loader, install
+from bench.scale.controlplane import HOME, ControlPlane, taken
+from bench.scale.kubelets import Kubelets
+from bench.scale.nodes import SimNode, converge_tree, token, write_files, write_kubeconfig
+from bench.scale.objects import AGENT_NS, namespace, node
+from bench.scale.proxy import Proxy
+from bench.scale.reference import ReferenceWatcher
+from bench.scale.scenario import SHARED_NS, Base, elsewhere_nodes, own, shared_daemonset
+
+PROXY_BASE = 6600  # agent i: 6600 + i; the keeper 6598, the reference watcher 6599
+AGENT_PORT_BASE = 9900  # agent i: metrics 9900 + 2i, health 9901 + 2i; the keeper 9896/9897
+
+
+def say(msg: str) -> None:
+    print(f"scale: {time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Snapshot:
+    at: float  # time.time()
+    usage: dict[str, metrics.Usage]  # agent (and keeper) -> RSS, CPU
+    bytes: dict[str, tuple[int, int]]  # proxy name -> (to the API server, from it)
+    api: metrics.Samples
+    changes: int
+    pods: int
+
+
+@dataclass
+class Harness:
+    max_agents: int
+    base: Base
+    max_factor: int
+    code: Path
+    cp: ControlPlane = field(default_factory=ControlPlane)
+    sims: list[SimNode] = field(default_factory=list)
+    agents: dict[str, Process] = field(default_factory=dict)
+    keeper: Process | None = None
+    proxy: Proxy | None = None
+    audit: AuditTail | None = None
+    kubelets: Kubelets | None = None
+    reference: ReferenceWatcher | None = None
+    owns: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.counts = Counts()
+
+    # ---- setup ----
+
+    def ports(self) -> list[int]:
+        api = [self.cp.ports.api, self.cp.ports.etcd, self.cp.ports.etcd_peer]
+        proxies = [PROXY_BASE - 2, PROXY_BASE - 1, *(PROXY_BASE + i for i in range(self.max_agents))]
+        own = [AGENT_PORT_BASE - 4, AGENT_PORT_BASE - 3, *(AGENT_PORT_BASE + j for j in range(2 * self.max_agents))]
+        return api + proxies + own
+
+    def setup(self) -> None:
+        busy = taken(self.ports())
+        if busy:
+            raise RuntimeError(f"ports {busy} are taken: another cluster or an earlier run is up (stop it first)")
+        t0 = time.monotonic()
+        say("control plane (etcd, kube-apiserver) ...")
+        self.cp.start()
+        self.client: Client = self.cp.client()
+        self.shipped = install(self.client, self.code)
+        self.audit = AuditTail(self.cp.audit_log)
+        self.timings["control_plane_s"] = time.monotonic() - t0
+        self.loader = Loader(self.client)
+        self.cluster = Cluster(self.client, self.loader, self.counts)
+        self.sims = [SimNode(f"sim-{i:03d}", i, HOME / "nodes" / f"sim-{i:03d}", PROXY_BASE + i,
+                             AGENT_PORT_BASE + 2 * i, AGENT_PORT_BASE + 2 * i + 1) for i in range(self.max_agents)]
+        self.other_nodes = elsewhere_nodes(self.base, self.max_factor)
+        say(f"{len(self.sims)} agent nodes with 110 pods each, {len(self.other_nodes)} nodes without an agent ...")
+        t1 = time.monotonic()
+        node_objs = in_parallel(self.client.create, [node(s.name, True) for s in self.sims]
+                                + [node(n, False) for n in self.other_nodes])
+        self.node_objs = {n["metadata"]["name"]: n for n in node_objs}
+        self.loader.objects([namespace(SHARED_NS, "own"), shared_daemonset()])
+        started = now_iso()
+        for s in self.sims:
+            o = own(s.name, s.index)
+            self.owns[s.name] = o
+            self.loader.objects([namespace(o.namespace, "own"), *o.objects])
+            pods = self.loader.pods(o.pods, started, first_ip=s.index * 256)
+            write_files(s, self.shipped)
+            converge_tree(s, self.node_objs[s.name], pods)
+            agent_pod = next(p for p in pods if p["metadata"]["namespace"] == AGENT_NS)
+            write_kubeconfig(s.kubeconfig, s.proxy_port, self.cp.pki / "ca.crt",
+                             token(self.client, "kube-cgroup-agent", agent_pod))
+        self.timings["nodes_s"] = time.monotonic() - t1
+        names = {"keeper": PROXY_BASE - 2, "reference": PROXY_BASE - 1, **{s.name: s.proxy_port for s in self.sims}}
+        self.proxy = Proxy(self.cp.ports.api, names, self.cp.state / "logs" / "proxy.log")
+        self.kubelets = Kubelets(self.client, [s.name for s in self.sims] + self.other_nodes, self.audit)
+        self.kubelets.start()
+        creds = self.cp.credentials()
+        self.reference = ReferenceWatcher(self.client, Credentials(creds.host, PROXY_BASE - 1, creds.ca, creds.cert, creds.key))
+        self.reference.start()
+        keeper_dir = HOME / "keeper"
+        keeper_dir.mkdir(parents=True, exist_ok=True)
+        write_kubeconfig(keeper_dir / "kubeconfig", PROXY_BASE - 2, self.cp.pki / "ca.crt",
+                         token(self.client, "kube-cgroup-agent-vpa-admission", None))
+        self.keeper = start_keeper(keeper_dir, keeper_dir / "kubeconfig", AGENT_PORT_BASE - 4, AGENT_PORT_BASE - 3)
+
+    def start_agents(self, n: int) -> dict[str, float]:
+        """Agents on the first n nodes (those not running yet); seconds until each was ready."""
+        new = [start_agent(s) for s in self.sims[:n] if s.name not in self.agents]
+        for p in new:
+            self.agents[p.name] = p
+        waiting = [*new] + ([self.keeper] if self.keeper is not None and "keeper_ready_s" not in self.timings else [])
+        took = wait_ready(waiting, 600.0)
+        if "keeper" in took:
+            self.timings["keeper_ready_s"] = took.pop("keeper")
+        return took
+
+    # ---- measuring ----
+
+    def snapshot(self) -> Snapshot:
+        assert self.proxy is not None
+        usage = {n: u for n, p in self.agents.items() if (u := p.usage()) is not None}
+        if self.keeper is not None and (k := self.keeper.usage()) is not None:
+            usage["keeper"] = k
+        return Snapshot(time.time(), usage, self.proxy.snapshot(), metrics.parse(self.client.text("/metrics")),
+                        self.counts.changes, self.counts.pods)
+
+    def settle(self, timeout_s: float, busy_share: float = 0.03, window_s: float = 5.0) -> float | None:
+        """Wait until every agent uses less than `busy_share` of a core over `window_s`; the seconds it took,
+        or None when some agent was still busy at the timeout."""
+        t0 = time.monotonic()
+        before = {n: p.usage() for n, p in self.agents.items()}
+        while time.monotonic() - t0 < timeout_s:
+            time.sleep(window_s)
+            after = {n: p.usage() for n, p in self.agents.items()}
+            busy = [n for n in after if (a := after[n]) and (b := before.get(n)) and (a.cpu_s - b.cpu_s) / window_s > busy_share]
+            if not busy:
+                return time.monotonic() - t0
+            before = after
+        return None
+
+    def churn(self, rate: float) -> Churn:
+        return Churn(self.cluster, rate)
+
+    # ---- teardown ----
+
+    def stop(self) -> None:
+        """Everything the harness started, by PID, and its state directory."""
+        for p in self.agents.values():
+            p.stop()
+        if self.keeper is not None:
+            self.keeper.stop()
+        if self.kubelets is not None:
+            self.kubelets.stop.set()
+            self.kubelets.join(10)
+        if self.reference is not None:
+            self.reference.close()
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.audit is not None:
+            self.audit.stop()
+        self.cp.stop(wipe=True)
+        if HOME.exists():
+            shutil.rmtree(HOME)
+
+    def logs_tail(self, name: str, n: int = 20) -> list[str]:
+        p = self.agents.get(name)
+        if p is None or not Path(p.log).exists():
+            return []
+        return p.log.read_text(errors="replace").splitlines()[-n:]

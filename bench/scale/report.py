@@ -1,0 +1,161 @@
+"""The run's results as read: the console summary, the SVG beside the results file, and the BENCHMARKS.md
+section "At scale" (bench/sections renders it from bench/results/scale.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.scale import goals, svg
+
+MIB = 1 << 20
+analyse = goals.analyse
+
+
+def _v(g: dict[str, Any]) -> str:
+    v = g["value"]
+    if v is None:
+        return "not measured"
+    if g["unit"] == "":
+        return f"{100 * v:.1f} %"
+    return f"{v:g} {g['unit']}"
+
+
+def _limit(g: dict[str, Any]) -> str:
+    return f"{100 * g['limit']:g} %" if g["unit"] == "" else f"{g['limit']:g} {g['unit']}"
+
+
+def goal_lines(data: dict[str, Any]) -> list[str]:
+    out = []
+    for g in data.get("goals", []):
+        out.append(f"- {g['goal']} ≤ {_limit(g)}: {_v(g)} — {'**met**' if g['met'] else '**MISSED**'}."
+                   + (f" Where it goes: {g['where']}." if g.get("where") else ""))
+    return out
+
+
+def charts(data: dict[str, Any]) -> list[svg.Chart]:
+    pts = data.get("fit", {})
+
+    def p(k: str) -> list[tuple[float, float]]:
+        return [tuple(x) for x in pts.get(k, {}).get("points", [])]  # type: ignore[misc]
+
+    return [
+        svg.Chart("Share of the churn's bytes, per agent", "objects elsewhere", "share (1 = all)", p("share"), 0.01, "goal 1 %"),
+        svg.Chart("CPU per 10,000 changes elsewhere", "objects elsewhere", "CPU seconds", p("cpu_per_10k_s"), 0.2, "goal 0.2 s"),
+        svg.Chart("RSS growth per agent", "objects elsewhere", "MiB", p("rss_growth_mib"), 2.0, "goal 2 MiB"),
+        svg.Chart("API server: watch events sent", "agents", "events / s", p("watch_events_per_s")),
+    ]
+
+
+def write_svg(data: dict[str, Any], path: Path) -> None:
+    meta = data.get("_meta") or {}
+    note = f"make scale at {data.get('commit', '?')}, {meta.get('date', '?')}: points measured (median over the agents), line: least squares"
+    path.write_text(svg.figure(charts(data), "kube-cgroup-agent at scale (issue 41)", note))
+
+
+def summary(data: dict[str, Any]) -> list[str]:
+    q = data.get("quiet") or {}
+    out = ["", f"make scale ({data.get('mode')}) at {data.get('commit')}: {data.get('wall_s')} s",
+           f"quiet: {q.get('per_agent_per_min')} requests/min per agent; control plane {q.get('control_plane_per_min')}/min; "
+           f"keeper {q.get('keeper_per_min')}/min"]
+    for s in data.get("elsewhere", []):
+        a = s["agents"]
+        row = next(iter(a.values()), {})
+        out.append(f"×{s['factor']}: {s['objects_total']} objects, churn {s['churn']['changes']} changes, "
+                   f"{s['churn']['served_bytes'] / MIB:.1f} MiB served; an agent: share {row.get('share')}, "
+                   f"cpu/10k {row.get('cpu_per_10k_s')} s, RSS +{row.get('rss_growth_mib')} MiB; settled {s['churn']['settled_after_s']}")
+    for s in data.get("agents", []):
+        out.append(f"N={s['n']}: {s['api']['requests_per_s']} req/s, {s['api']['watch_events_per_s']} watch events/s, "
+                   f"p99 {s['api']['p99_s']}, latency {[p['latency_s'] for p in s['latency']]}")
+    out += ["goals:", *goal_lines(data)]
+    return out
+
+
+def _table(rows: list[list[str]], head: list[str]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _headline(d: dict[str, Any]) -> dict[str, str]:
+    """One run's figures for the before/after table: at its largest factor and its largest N."""
+    last = (d.get("elsewhere") or [{}])[-1]
+    a = last.get("agents") or {}
+
+    def med(k: str) -> float | None:
+        vals = sorted(r[k] for r in a.values() if r.get(k) is not None)
+        return vals[len(vals) // 2] if vals else None
+
+    share, cpu, rss = med("share"), med("cpu_per_10k_s"), med("rss_growth_mib")
+    lat = [p["latency_s"] for p in ((d.get("agents") or [{}])[-1].get("latency") or [])]
+    q = (d.get("quiet") or {}).get("per_agent_per_min") or {}
+    return {
+        "run": f"{d.get('commit', '?')} ({d.get('mode', '?')}, ×{last.get('factor', '?')}, {(d.get('agents') or [{}])[-1].get('n', '?')} agents)",
+        "share": "—" if share is None else f"{100 * share:.1f} %",
+        "cpu": "—" if cpu is None else f"{cpu:g} s",
+        "rss": "—" if rss is None else f"{rss:+g} MiB",
+        "steady": f"{q.get('max', '—')}/min",
+        "latency": ", ".join("none in 30 s" if v is None else f"{v:.2f} s" for v in lat) or "—",
+    }
+
+
+def comparison(data: dict[str, Any], before: dict[str, Any] | None) -> list[str]:
+    if not before or before.get("commit") == data.get("commit"):
+        return []
+    rows = [[h["run"], h["share"], h["cpu"], h["rss"], h["steady"], h["latency"]] for h in (_headline(before), _headline(data))]
+    return ["Before and after (bench/results/scale-before.json: the first run, before the redesign of what the agent",
+            "watches; the run above):", "",
+            *_table(rows, ["run", "share of the churn's bytes", "CPU / 10k changes", "RSS growth", "steady requests",
+                           "own VPA -> pods/resize"]), ""]
+
+
+def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list[str]:
+    meta = data.get("_meta") or {}
+    q = data.get("quiet") or {}
+    lines = [
+        "## 12. At scale (`make scale`)", "",
+        f"Measured {meta.get('date', '?')} at commit {data.get('commit', '?')}; command: `{meta.get('command', 'make scale')}` "
+        f"({data.get('wall_s', 0) / 60:.0f} minutes; bench/scale/README.md). The kit's real v1.36 etcd and kube-apiserver",
+        "(no controllers), simulated nodes (Node objects and pods with a kubelet's status), and real agent processes, one per",
+        "agent node, each installed as `deploy/` installs it (its ClusterRoles, the admission policies, a token bound to its pod",
+        "on its node) with 110 pods of its own and their VPAs, on a cgroup tree of its own; the keeper beside them. Bytes are",
+        "counted by a pass-through proxy per agent, requests from the API server's audit log.",
+        "", "![At scale](bench/results/scale.svg)", "",
+        f"Quiet cluster ({q.get('window_s')} s, nothing changing): requests per agent per minute median "
+        f"{(q.get('per_agent_per_min') or {}).get('median')}, max {(q.get('per_agent_per_min') or {}).get('max')}; "
+        f"the control plane's own {q.get('control_plane_per_min')}/min (the simulated kubelets' Leases besides: "
+        f"{q.get('simulated_kubelets_per_min')}/min); the keeper {q.get('keeper_per_min')}/min.", "",
+        "Objects elsewhere (on no agent's node) and one round of their churn (every object changed once, VPA statuses",
+        "rewritten as the recommender does, Deployments rolled, VPAs re-created, pods elsewhere replaced, Events):", "",
+    ]
+    rows = []
+    for s in data.get("elsewhere", []):
+        a = s["agents"]
+        med = {k: sorted(r[k] for r in a.values() if r.get(k) is not None) for k in ("share", "cpu_per_10k_s", "rss_growth_mib", "rss_mib")}
+        mid = {k: (v[len(v) // 2] if v else None) for k, v in med.items()}
+        rows.append([f"×{s['factor']}", f"{s['objects_total']:,}", f"{s['churn']['changes']:,}",
+                     f"{s['churn']['served_bytes'] / MIB:.1f} MiB",
+                     "—" if mid["share"] is None else f"{100 * mid['share']:.1f} %",
+                     f"{mid['cpu_per_10k_s']}", f"{mid['rss_mib']} MiB (+{mid['rss_growth_mib']})",
+                     "still busy" if s["churn"]["settled_after_s"] is None else f"{s['churn']['settled_after_s']:.0f} s"])
+    lines += _table(rows, ["factor", "objects elsewhere", "changes", "served (one watcher of all)", "an agent received",
+                           "agent CPU s / 10k changes", "agent RSS (growth)", "agents quiet again after"])
+    lines += ["", "The API server with N agents, during a window of churn with the recommender rewriting VPA statuses each minute;",
+              "latency: an agent's own VPA recommendation changed -> its `pods/resize` PATCH received by the API server:", ""]
+    rows = []
+    for s in data.get("agents", []):
+        api = s["api"]
+        p99 = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in api["p99_s"].items() if not k.startswith(("WATCH", "CONNECT")))
+        lat = [p["latency_s"] for p in s["latency"]]
+        rows.append([str(s["n"]), f"{api['requests_per_s']}", f"{api['watch_events_per_s']}",
+                     f"{sum(api['watchers_by_kind'].values())}", p99 or "—",
+                     ", ".join("none in 30 s" if v is None else f"{v:.2f} s" for v in lat)])
+    lines += _table(rows, ["agents", "requests/s", "watch events/s", "watchers", "p99 by verb", "own VPA -> pods/resize"])
+    ex = data.get("extrapolation") or {}
+    lines += ["", f"Extrapolated to {ex.get('nodes', 5000):,} nodes × 110 pods and {ex.get('vpas', 10000):,} VPAs "
+              f"({ex.get('objects_elsewhere', 0):,} objects elsewhere at the harness's mix; changes elsewhere at their floor, "
+              f"{ex.get('cluster_changes_per_s')}/s: every VPA's status rewritten once a minute): all agents "
+              f"{ex.get('agents', {}).get('writes_per_s')} writes/s and {ex.get('agents', {}).get('watch_events_per_s')} watch events/s; "
+              f"the kubelets (Lease every 10 s, status every 5 min, one watcher each) {ex.get('kubelets', {}).get('writes_per_s')} writes/s "
+              f"and as many watch events; RSS growth per agent {ex.get('rss_growth_mib_at_scale')} MiB; "
+              f"CPU summed over the nodes per change elsewhere {ex.get('cpu_s_per_change_summed_over_nodes')} s.",
+              "", "Goals (issue 41):", *goal_lines(data), "", *comparison(data, before)]
+    return lines
