@@ -125,6 +125,34 @@ def test_the_agent_sends_the_quota_systemd_keeps(driver: DriverKind, sent: int) 
     assert (step.values.cpu_quota, step.values.cpu_period) == (sent, 100000)
 
 
+def _request_resize(pod_cpu: str, limit: str = "11m") -> ContainerStep:
+    """The container's CPU request grew (5m -> 100m: its weight differs) on a bare node; the pod's and the
+    container's cpu.max hold `pod_cpu` and the exact quota."""
+    raw = pod("p", [ctr("c", {"cpu": "100m", "memory": "16Mi"}, {"cpu": limit, "memory": "32Mi"})], uid=UID)
+    raw["status"] = {"containerStatuses": [{"name": "c", "containerID": "containerd://" + CID}]}
+    comp = compute_node([view(raw)], ComputeConfig())
+    files = desired_files(comp, V2, SYSTEMD)
+    observed = _observed(files, pod_cpu, EXACT)
+    texts = dict(observed.files)
+    texts[next(f for f in files if f.owner is Owner.CONTAINER and f.setting.filename == "cpu.weight").setting.path] = "1"
+    node = diff(comp, files, Observation(texts, observed.dirs))
+    [step] = [s for s in build_plan(node).steps if isinstance(s, ContainerStep)]
+    return step
+
+
+@pytest.mark.parametrize(
+    ("pod_cpu", "limit", "sent"),
+    [
+        pytest.param(ROUNDED, "11m", 2000, id="the pod holds systemd's quota: the rounded one"),
+        pytest.param(EXACT, "11m", 1100, id="the pod holds the exact one (kubelet < 1.34): the exact one, or EINVAL"),
+        pytest.param(EXACT, "13m", 2000, id="the pod grows to systemd's first: the rounded one"),
+    ],
+)
+def test_a_container_is_never_sent_above_its_pod(pod_cpu: str, limit: str, sent: int) -> None:
+    step = _request_resize(pod_cpu, limit)
+    assert (step.resource, step.values.cpu_quota, step.values.cpu_shares) == ("cpu", sent, 102)
+
+
 @pytest.mark.parametrize(
     ("held", "quota"),
     [(EXACT, 1100), (ROUNDED, 1100), ("5000 100000", 5000)],

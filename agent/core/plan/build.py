@@ -215,7 +215,7 @@ def _phases(ctx: _Context, guard: _Guard, resource: Resource) -> tuple[list[Step
     c: list[Step] = [w for g in shrink for w in _ordered_cgroup_writes(g, resource, ctx.extra)]
     d: list[Step] = []
     if ctx.include_containers:
-        b.extend(_container_steps(c_down, resource, ctx.desired))
+        b.extend(_container_steps(c_down, resource, ctx.desired, groups))
         b.extend(
             _reclaim_container_step(g, guard.reclaim[g.key], ctx.desired)
             for g in held
@@ -230,7 +230,7 @@ def _phases(ctx: _Context, guard: _Guard, resource: Resource) -> tuple[list[Step
                 )
             )
     if ctx.include_containers:
-        d.extend(_container_steps(c_up, resource, ctx.desired))
+        d.extend(_container_steps(c_up, resource, ctx.desired, groups))
     if resource != "memory":
         _keep_held_memory(ctx, guard, (b, d))
     waiting = sorted({g.pod for g in groups.values() if g.pod is not None and g.pod in guard.blocked_memory})

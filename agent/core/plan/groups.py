@@ -184,11 +184,13 @@ def usage_paths_of(settings: Iterable[FileSetting]) -> tuple[str, ...]:
 # Building the plan
 
 
-def _container_values(g: _Group, desired: ContainerValues, resource: Resource) -> ContainerValues:
+def _container_values(
+    g: _Group, desired: ContainerValues, resource: Resource, parent: _Group | None = None
+) -> ContainerValues:
     """The full set to send: the resource being changed at its new value; during the memory phase the
     CPU limit stays at its current value so that CPU changes keep their own ordering."""
     if resource != "memory":
-        return _desired_cpu(g, desired)
+        return _desired_cpu(g, desired, parent)
     current_quota = g.text(layout.CPU_QUOTA, False)
     current_period = g.text(layout.CPU_PERIOD, False)
     if layout.CPU_MAX in g.files:
@@ -208,21 +210,32 @@ def _container_values(g: _Group, desired: ContainerValues, resource: Resource) -
     return replace(desired, cpu_quota=quota, cpu_period=period)
 
 
-def _desired_cpu(g: _Group, desired: ContainerValues) -> ContainerValues:
+def _desired_cpu(g: _Group, desired: ContainerValues, parent: _Group | None) -> ContainerValues:
     """The CPU limit to send as the container's files should hold it: under the systemd driver the rounded
     quota systemd keeps (cgroupfs.systemd.grain), so that a runtime which writes the exact quota to the file
-    (runc < 1.3.2) writes the value systemd keeps and a daemon-reload changes nothing; elsewhere the same."""
+    (runc < 1.3.2) writes the value systemd keeps and a daemon-reload changes nothing; elsewhere the same.
+    The exact quota instead while the pod cgroup holds less than the rounded one when this step runs (an exact
+    writer's pod, not re-applied since): the kernel refuses a child above its parent."""
     try:
         if (text := g.text(layout.CPU_MAX, True)) is not None:
             q, p = parse_cpu_max(text)
-            return replace(desired, cpu_quota=q if q > 0 else UNLIMITED, cpu_period=p)
-        quota, period = g.text(layout.CPU_QUOTA, True), g.text(layout.CPU_PERIOD, True)
-        if quota is not None and period is not None:
-            q = int(quota)
-            return replace(desired, cpu_quota=q if q > 0 else UNLIMITED, cpu_period=int(period))
+        else:
+            quota, period = g.text(layout.CPU_QUOTA, True), g.text(layout.CPU_PERIOD, True)
+            if quota is None or period is None:
+                return desired
+            q, p = int(quota), int(period)
     except ValueError:
-        pass
-    return desired
+        return desired
+    if q > 0 and parent is not None and q / p > _limit_when_written(parent):
+        return desired
+    return replace(desired, cpu_quota=q if q > 0 else UNLIMITED, cpu_period=p)
+
+
+def _limit_when_written(parent: _Group) -> float:
+    """The pod's CPU limit when its containers' CPU steps run: grown before them, shrunk after them."""
+    if parent.changed("cpu"):
+        return max(parent.cpu_limit(False), parent.cpu_limit(True))
+    return parent.cpu_limit(False)
 
 
 def _reclaim_target(usage: float, new_limit: float, current: float) -> int | None:
@@ -269,8 +282,12 @@ def _current_container_values(g: _Group, desired: ContainerValues) -> ContainerV
 
 
 def _container_steps(
-    groups: Iterable[_Group], resource: Resource, desired: Mapping[tuple[str, str], ContainerValues]
+    groups: Iterable[_Group],
+    resource: Resource,
+    desired: Mapping[tuple[str, str], ContainerValues],
+    every: Mapping[tuple[str, str, str], _Group] | None = None,
 ) -> list[ContainerStep]:
+    """`every`: all the plan's groups, where each container's pod group is found."""
     out: list[ContainerStep] = []
     for g in groups:
         if g.pod is None or g.container is None or g.container_id is None or g.pod_uid is None:
@@ -286,7 +303,9 @@ def _container_steps(
                 g.container_id,
                 resource,
                 tuple(g.changed(resource)),
-                _container_values(g, values, resource),
+                _container_values(
+                    g, values, resource, every.get((Owner.POD.value, str(g.cgroup), "")) if every else None
+                ),
             )
         )
     return out
