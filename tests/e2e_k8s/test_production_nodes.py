@@ -249,9 +249,17 @@ def test_a_daemon_reload_on_the_systemd_node_leaves_every_value_agreeing(oracle_
     assert len([c for c in forms if c in before["containers"]]) >= 5, forms  # fraction x2, pod-level x2, resize
     exact = {c["path"]: c["desired"] for c in forms if c["current"] != c["desired"]}
     runc = node_exec(node, "runc", "--version").split()[2]
-    if tuple(int(x) for x in re.findall(r"\d+", runc)[:3]) < (1, 3, 2):
+    exact_runc = tuple(int(x) for x in re.findall(r"\d+", runc)[:3]) < (1, 3, 2)
+    if exact_runc:
         # an exact writer: its containers hold the exact quota until systemd's next re-apply
         assert any(c["path"] in exact for c in forms if c in before["containers"]), (runc, forms)
+    # explain shows both values of the 11m container, why, and how the runtime left them
+    explain = ("kube-cgroup-agent", "explain", "--config", AGENT_CONFIG, f"{NS}/fraction-{short(node)}")
+    explained = agent.exec(*explain)
+    assert "container app: exact 1100 per 100000 µs, systemd's 2000 per 100000 µs" in explained, explained
+    if exact_runc:
+        assert ("containers by the runtime: exact (runc < 1.3.2)" in explained
+                or "containers by the runtime: both" in explained), explained
     drift_before = agent.drift()
 
     node_exec(node, "systemctl", "daemon-reload")
@@ -264,6 +272,8 @@ def test_a_daemon_reload_on_the_systemd_node_leaves_every_value_agreeing(oracle_
     moved = {path: held[f"{cgroup_root(node)}/{path}"] for path in exact}
     assert moved == exact, f"systemd did not write its rounded quota over the exact one: {moved} vs {exact}"
     assert agent.drift() == drift_before, "the agent counted the daemon-reload's rounding as drift"
+    explained = agent.exec(*explain)
+    assert "containers by the runtime: rounded (runc >= 1.3.2, or re-applied by systemd since)" in explained, explained
     pods = {p["metadata"]["name"] for p in _pods(node)}
     assert names <= pods, names - pods
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
