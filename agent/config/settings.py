@@ -75,6 +75,9 @@ class Settings:
     drift_max_reverts: int = 3
     drift_backoff_s: float = 10.0
     workers: int = 2
+    # the client-side limit of the daemon's requests to the API server (client-go's QPS and Burst)
+    api_qps: float = 20.0
+    api_burst: int = 40
     pods_poll_interval_s: float = 2.0
     reconciler: str = "auto"  # auto | engine | pipeline (see agent.daemon.select_reconciler)
     log_format: str = "auto"  # auto | json | console
@@ -162,6 +165,8 @@ def validate(s: Settings) -> list[str]:
         )
     if s.resync_period_s <= 0:
         problems.append("resyncPeriod must be positive")
+    if s.api_qps <= 0:
+        problems.append("apiQPS must be positive")
     if s.drift_backoff_s <= 0:
         problems.append("driftBackoff must be positive")
     if s.pods_poll_interval_s <= 0:

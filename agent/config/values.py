@@ -166,6 +166,13 @@ def parse_positive_int(v: object) -> int:
     return v
 
 
+def parse_positive_float(v: object) -> float:
+    """A positive number (an int or a float; a rate such as apiQPS)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 or v != v or v == float("inf"):
+        raise ValueError(f"{v!r} is not a positive number")
+    return float(v)
+
+
 def parse_kubelet_version(v: object) -> str:
     text = parse_str(v)
     if not re.fullmatch(r"v?\d+\.\d+(\.\d+)?([-+].*)?", text):

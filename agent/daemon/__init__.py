@@ -36,6 +36,9 @@ log = get_logger("agent.daemon")
 __all__ = ["Daemon", "check_settings", "run", "select_reconciler"]
 
 
+API_CONNECTIONS = 32
+
+
 def factories() -> list[ComponentFactory]:
     """Every component the daemon runs beside the pod loop, in start order; each decides from the
     settings whether it runs (agent.daemon.components)."""
@@ -240,7 +243,12 @@ def _serve(
         from agent.kube.status import APIStatusReporter
         from agent.kube.watch import PodWatcher
 
-        api = api_client(settings.kubeconfig)
+        # one connection per watch: the pod watch, the node's, one per workload and namespace the node's
+        # pods need (agent.daemon.scope), and the writes; a pool smaller than that discards connections
+        from agent.infra.apiserver import limit
+        from agent.infra.ratelimit import TokenBucket
+
+        api = limit(api_client(settings.kubeconfig, connections=API_CONNECTIONS), TokenBucket(settings.api_qps, settings.api_burst))
         server = APIServer(api)
         probe.waiting(f"waiting for node {node} from the API server")
         info = _wait_for_node(server, node, settings, stop)
@@ -289,15 +297,17 @@ def _serve(
         keep_raw=bool(components),  # only components refresh pods or read their objects
     )
     if limit_ranges is not None:
-        from agent.daemon.limitranges import wait_settled
+        from agent.daemon.limitranges import LimitRangeComponent, wait_settled
 
-        daemon.before_first_pass.append(wait_settled(limit_ranges))
+        bounds = next((c for c in components if isinstance(c, LimitRangeComponent)), None)
+        daemon.before_first_pass.append(bounds.wait_first if bounds is not None else wait_settled(limit_ranges))
     context.refresh = daemon.refresh
     context.pods = daemon.views
     context.raw_pods = daemon.raws
     context.event = daemon.event
     context.event_on = reporter.event
     daemon.status_hooks = context.on_statuses
+    daemon.membership_hooks = context.on_pods
     probe.attach(Probe(daemon.healthy, daemon.ready))
     log.info(
         "started",

@@ -10,7 +10,7 @@ when its outside state changed so those pods are derived and reconciled again.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,6 +43,11 @@ class DaemonContext:
     # an Event on any object (a workload): set by the daemon to its reporter
     event_on: Callable[[Any, str, str, bool], None] = lambda ref, reason, message, warning: None
     on_statuses: list[Callable[[Sequence[ResizeStatus]], None]] = field(default_factory=list)  # resize states that changed
+    # the node's pods changed which namespaces, owners or labels they hold (a pod came, left, moved):
+    # called from the pod watch's thread, so a hook only wakes its component (agent.daemon.scope)
+    on_pods: list[Callable[[], None]] = field(default_factory=list)
+    # the VPAs of this node's pods as the VPA component watches them; None when it does not run
+    vpas: Callable[[], list[Mapping[str, Any]]] | None = None
     # an OOM kill the node saw: (pod key, container, the node recommender's new memory target or None)
     on_oom: list[Callable[[str, str, int | None], None]] = field(default_factory=list)
 

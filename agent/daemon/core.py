@@ -67,6 +67,12 @@ class _Entry:
     view: PodView | None  # None when the pod could not be read
 
 
+def _membership(view: PodView | None) -> tuple[Any, ...] | None:
+    """What the components that follow the node's pods read of one: where it belongs (its namespace,
+    owner and labels), not its resources."""
+    return None if view is None else (view.namespace, view.owner, view.labels)
+
+
 class Daemon:
     def __init__(
         self,
@@ -107,7 +113,10 @@ class Daemon:
         self._source_thread: threading.Thread | None = None
         self.status_hooks: list[Callable[[Sequence[ResizeStatus]], None]] = []  # components following resizes
         # outside state the first pass needs (the namespaces' LimitRanges): each waits until it is known
-        self.before_first_pass: list[Callable[[threading.Event], None]] = []
+        self.before_first_pass: list[Callable[[threading.Event, list[Mapping[str, Any]]], None]] = []
+        # components that follow which pods the node has (a pod arrived, left, or changed its owner or
+        # labels): called from the watch's thread, so each only wakes its own
+        self.membership_hooks: list[Callable[[], None]] = []
 
     # -- the sink the sources call -----------------------------------------------------------------
 
@@ -115,7 +124,7 @@ class Daemon:
         seen: set[str] = set()
         if not self._synced.is_set():
             for wait in self.before_first_pass:  # the list's resourceVersion is kept: nothing is missed
-                wait(self.stop)
+                wait(self.stop, pods)
             self._start_reconciler(pods)
         for raw in pods:
             uid = self._ingest(raw)
@@ -129,6 +138,11 @@ class Daemon:
             self.queue.add(uid)
         self.queue.add(TIERS)
         self._synced.set()
+        self._membership_changed()
+
+    def _membership_changed(self) -> None:
+        for hook in self.membership_hooks:
+            hook()
 
     def _start_reconciler(self, pods: list[Mapping[str, Any]]) -> None:
         """The reconciler sees the node's first full pod list before any pass (the resize engine admits
@@ -156,6 +170,7 @@ class Daemon:
         if uid:
             self.queue.add(uid)
         self.queue.add(TIERS)
+        self._membership_changed()
 
     def _ingest(self, raw: Mapping[str, Any]) -> str | None:
         if self.keep_raw:
@@ -184,6 +199,8 @@ class Daemon:
             self._cache[uid] = _Entry(raw if self.keep_raw else None, ref, view)
         if previous is None or previous.view != view or (self.keep_raw and previous.raw != raw):
             self.queue.add(uid)
+        if previous is None or _membership(previous.view) != _membership(view):
+            self._membership_changed()
         return uid
 
     def refresh(self, uids: Iterable[str] | None = None) -> None:

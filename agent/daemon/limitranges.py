@@ -1,28 +1,29 @@
 """The namespaces' LimitRanges beside the pod loop, bounding the resize and pod-level annotations
 (agent.pods.sources.limitrange).
 
-One cluster-wide list/watch of `limitranges` (RBAC cannot grant them per namespace); only those of the
-namespaces where annotations are honoured are kept. It runs whenever an annotation can be honoured
-(`annotationNamespaces` not `[]`): that is known from the settings alone, and whether some pod carries an
-annotation is not known before the first pass that must already be bounded. The daemon's first pass waits
-until the first list has answered; when it fails, annotation-driven changes are refused (they cannot be
-checked) until a list succeeds. When a namespace's LimitRanges change, its pods carrying an annotation are
-derived again: one now beyond a bound is refused (an Event; nothing of it changes), one now within applies.
+Only the namespaces this node needs are read: those of its pods that carry an annotation, where
+annotations are honoured (`annotationNamespaces`), one list/watch of `limitranges` per namespace
+(agent.daemon.scope), added when such a pod arrives and stopped when the last one leaves. A node never
+receives the LimitRanges of namespaces it has no annotated pod in, however many the cluster holds.
+
+The daemon's first pass waits (FIRST_LIST_S at most) until the namespaces of the annotated pods it lists
+first have answered; an annotation-driven change in a namespace not listed yet (or whose list fails) is refused
+until it is (fail closed: it cannot be checked), and its pods are derived again the moment it is. When a
+namespace's LimitRanges change, its pods carrying an annotation are derived again: one now beyond a bound
+is refused (an Event; nothing of it changes), one now within applies.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from agent.daemon.components import Component, DaemonContext
-from agent.daemon.objects import ObjectCache, Threads
+from agent.daemon.scope import ScopedWatches, WatchSpec
 from agent.infra.apiserver import APIServer, path
 from agent.infra.logging import get_logger
-from agent.infra.queue import Backoff
-from agent.kube.errors import APIError
-from agent.kube.watch import Watcher
 from agent.pods.sources.limitrange import LimitRanges
 from agent.pods.sources.pod_level_annotation import POD_RESOURCES_ANNOTATION
 from agent.pods.sources.resize_annotation import RESIZE_ANNOTATION
@@ -30,6 +31,8 @@ from agent.pods.sources.resize_annotation import RESIZE_ANNOTATION
 log = get_logger("agent.daemon.limitranges")
 
 ANNOTATIONS: Final = (RESIZE_ANNOTATION, POD_RESOURCES_ANNOTATION)
+FIRST_LIST_S: Final = 10.0  # the first pass waits this long at most for the namespaces it needs
+SETTLE_S: Final = 0.2
 
 
 def annotated(raw: Mapping[str, Any]) -> bool:
@@ -38,11 +41,23 @@ def annotated(raw: Mapping[str, Any]) -> bool:
     return isinstance(annotations, Mapping) and any(a in annotations for a in ANNOTATIONS)
 
 
-def wait_settled(ranges: LimitRanges) -> Callable[[threading.Event], None]:
-    """The daemon's wait before its first pass: until the LimitRanges are known (listed, or the list failed)
-    or the daemon stops."""
+def needed(raws: Iterable[Mapping[str, Any]], allowed: frozenset[str] | None) -> frozenset[str]:
+    """The namespaces whose LimitRanges the node needs: those of its annotated pods, where annotations are
+    honoured (`allowed`; None: everywhere). Pure."""
+    out = set()
+    for raw in raws:
+        if annotated(raw):
+            ns = str((raw.get("metadata") or {}).get("namespace") or "default")
+            if allowed is None or ns in allowed:
+                out.add(ns)
+    return frozenset(out)
 
-    def wait(stop: threading.Event) -> None:
+
+def wait_settled(ranges: LimitRanges) -> Callable[[threading.Event, list[Mapping[str, Any]]], None]:
+    """The daemon's wait before its first pass on a node whose pods come from a directory: until the
+    directory's LimitRanges are read or the daemon stops."""
+
+    def wait(stop: threading.Event, pods: list[Mapping[str, Any]]) -> None:
         if not ranges.settled.is_set():
             log.info("limitranges.waiting", message="the first pass waits for the namespaces' LimitRanges")
         while not stop.is_set() and not ranges.settled.wait(0.5):
@@ -58,38 +73,66 @@ class LimitRangeComponent:
         self.ctx = ctx
         self.ranges = ranges
         self.api = APIServer(ctx.api)
-        self.cache = ObjectCache(self._changed)
-        self._threads = Threads(ctx.metrics)
+        self.watches = ScopedWatches(self.api, ctx.metrics, "limitranges", self._changed)
+        self.wake = threading.Event()
+        ctx.on_pods.append(self.wake.set)
+        self._lock = threading.Lock()
         self._reported: set[str] = set()  # problems already logged
+        self._failing: dict[str, str] = {}  # namespaces whose first list fails, and why (logged once each)
+        self._thread: threading.Thread | None = None
 
     def start(self, stop: threading.Event) -> None:
-        self._threads.start([("limitranges", self._loop)], stop)
+        self._thread = threading.Thread(target=self._loop, args=(stop,), name="limitranges", daemon=True)
+        self._thread.start()
 
     def join(self, timeout_s: float) -> None:
-        self._threads.join(timeout_s)
+        self.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self.watches.close(timeout_s)
+
+    def scope(self, raws: Iterable[Mapping[str, Any]]) -> None:
+        """Watch the LimitRanges of the namespaces the node's annotated pods are in, and only those."""
+        namespaces = needed(raws, self.ranges.namespaces)
+        self.watches.want({ns: WatchSpec(path("v1", "limitranges", ns)) for ns in namespaces})
+
+    def wait_first(self, stop: threading.Event, pods: list[Mapping[str, Any]]) -> None:
+        """Before the daemon's first pass: the namespaces of the first listed pods, known (or FIRST_LIST_S)."""
+        self.scope(pods)
+        self._changed()
+        if self.watches.listed():
+            return
+        log.info("limitranges.waiting", message="the first pass waits for the LimitRanges of its annotated pods' namespaces")
+        deadline = time.monotonic() + FIRST_LIST_S
+        while not stop.is_set() and not self._answered() and time.monotonic() < deadline:
+            stop.wait(0.1)
+
+    def _answered(self) -> bool:
+        """Every namespace needed has answered its first list, with its objects or an error."""
+        wanted = self.watches.keys()
+        return wanted <= (self.watches.listed_keys() | self.watches.failures().keys())
 
     def _loop(self, stop: threading.Event) -> None:
-        """List until one list answers (each failure: the LimitRanges are unavailable), then watch from it."""
-        watcher = Watcher(self.api.lister(path("v1", "limitranges")), "limitranges", self.ctx.metrics)
-        self._threads.watchers.append(watcher)
-        backoff = Backoff(base=1.0, cap=30.0)
         while not stop.is_set():
+            self.wake.wait()
+            if stop.wait(SETTLE_S):
+                return
+            self.wake.clear()
             try:
-                objects, rv = watcher.list()
-            except APIError as err:
-                self.ctx.metrics.errors.labels(type(err).__name__).inc()
-                if self.ranges.unavailable(str(err)):
-                    log.warning("limitranges.unavailable", error=str(err),
-                                message="annotation-driven changes are refused until the LimitRanges can be listed")
-                    self._refresh(None)
-                stop.wait(backoff.next("list"))
-                continue
-            self.cache.snapshot(objects)
-            watcher.run(self.cache, stop, listed_at=rv)
-            return
+                self.scope(self.ctx.raw_pods())
+            except Exception as err:  # one bad pass must not end the bounds: log, go on
+                log.warning("limitranges.scope_failed", error=f"{type(err).__name__}: {err}")
 
     def _changed(self) -> None:
-        changed, problems = self.ranges.replace_objects(self.cache.values())
+        with self._lock:  # each namespace's watch calls it from its own thread
+            failing = self.watches.failures()
+            changed, problems = self.ranges.replace_objects(self.watches.values(), self.watches.listed_keys(), failing)
+            new_failures = {ns: why for ns, why in failing.items() if self._failing.get(ns) != why}
+            self._failing = failing
+        for ns, why in sorted(new_failures.items()):
+            self.ctx.metrics.errors.labels("LimitRangesUnavailable").inc()
+            log.warning("limitranges.unavailable", namespace=ns, error=why,
+                        message=f"annotation-driven changes in {ns} are refused until its LimitRanges can be listed")
         for problem in problems:
             if problem not in self._reported:
                 self._reported.add(problem)

@@ -129,5 +129,12 @@ def recommender_component(context: DaemonContext) -> Component | None:
     publisher = None
     if context.api is not None and context.node:
         # the pods as the daemon sees them at each step: the daemon sets context.pods after this is built
-        publisher = Publisher(context.api, context.node, state, lambda: context.pods())
+        from agent.infra.apiserver import APIServer
+        from agent.kube.node_vpas import NodeVPAs
+
+        # the VPAs of the node's pods: the VPA component's watch when it runs (it is made after this one),
+        # else one list a step narrowed by their target label
+        read = NodeVPAs(APIServer(context.api), lambda: context.pods())
+        publisher = Publisher(context.api, context.node, state, lambda: context.pods(),
+                              lambda: (context.vpas or read)())
     return RecommenderComponent(context, state, sampler, path, publisher=publisher)

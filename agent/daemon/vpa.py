@@ -1,5 +1,10 @@
-"""VPA in place beside the pod loop: watches VPAs, the ReplicaSets that link a pod to its Deployment, and this
-node's labels (the panic button), and keeps the VPA source (agent.vpa.source) current.
+"""VPA in place beside the pod loop: watches the VPAs of this node's pods and this node's labels (the panic
+button), and keeps the VPA source (agent.vpa.source) current.
+
+What it reads is what its node needs (a node's cost grows with its pods, not with the cluster): the owner
+chain of each pod (its ReplicaSet's Deployment: one GET per ReplicaSet, agent.kube.owners), then one
+watch of the VPAs labelled with those owners (`kube-cgroup-agent.io/target`, set on every VPA by the
+cluster's keeper: agent.vpa.target), replaced when the node's owners change (agent.daemon.scope).
 
 Two ways to act, by the ownership table. On a bare node (the agent resizes containers) the source proposes
 the recommendation and the one reconciler resizes the pod as any other. On a node whose kubelet resizes
@@ -21,17 +26,19 @@ from typing import Any, Final
 from agent.core.ownership import Thing
 from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
+from agent.daemon.scope import ScopedWatches, WatchSpec
 from agent.infra.apiserver import STRATEGIC_MERGE, APIServer, path
 from agent.infra.logging import get_logger
 from agent.kube.errors import APIError, APIForbidden, APINotFound, wrap
-from agent.kube.trim import owner_link
+from agent.kube.node_vpas import node_selector
+from agent.kube.owners import OwnerLinks
 from agent.resize.types import ResizeState, ResizeStatus
 from agent.vpa.applied import ActuatorState
 from agent.vpa.config import PANIC_LABEL
 from agent.vpa.model import VPA, VPAParseError
 from agent.vpa.parse import parse_vpa
 from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock, api_resources
-from agent.vpa.source import VPASource, owner_chain, owners_from
+from agent.vpa.source import VPASource, owner_chain
 from agent.vpa.state import load, save
 
 log = get_logger("agent.daemon.vpa")
@@ -44,6 +51,8 @@ IN_PLACE_ANNOTATION: Final = "vpaInPlaceUpdated"
 USAGE_S: Final = 2.0  # how often the working sets of containers holding a memory decrease are read
 PRUNE_S: Final = 60.0  # how often what is kept about departed pods is dropped
 USAGE_STEP: Final = 0.05  # a held pod is decided again when a working set moved by more than this
+SETTLE_S: Final = 0.2
+RETRY_SCOPE_S: Final = 30.0  # a burst of pod arrivals changes the VPA watch once
 
 
 class VPAComponent:
@@ -54,8 +63,11 @@ class VPAComponent:
         self.source = source
         self.via_api = via_api  # the kubelet resizes containers here: act through pods/resize
         self.api = APIServer(ctx.api)
-        self.vpas = ObjectCache(self._vpas_changed)
-        self.replicasets = ObjectCache(self._owners_changed, keep=owner_link)  # read for owner chains only
+        self.vpas = ScopedWatches(self.api, ctx.metrics, PLURAL, self._vpas_changed)
+        self.owner_links = OwnerLinks(self.api)
+        self.scope_wake = threading.Event()  # the node's pods changed: its owners and VPA watch may too
+        ctx.on_pods.append(self.scope_wake.set)
+        self._vpas_lock = threading.Lock()
         self.nodes = ObjectCache(self._node_changed)
         self._reported: set[tuple[str, str]] = set()  # (VPA, problem) already logged
         self._annotation_forbidden = False
@@ -114,6 +126,10 @@ class VPAComponent:
     # ---- outside state in ----
 
     def _vpas_changed(self) -> None:
+        with self._vpas_lock:  # the VPA watches call it from their threads
+            self._vpas_changed_locked()
+
+    def _vpas_changed_locked(self) -> None:
         parsed: list[VPA] = []
         for raw in self.vpas.values():
             try:
@@ -140,9 +156,21 @@ class VPAComponent:
             if uids:
                 self.ctx.refresh(uids)
 
-    def _owners_changed(self) -> None:
-        self.source.owners = owners_from(self.replicasets.values())
-        self.ctx.refresh(None)
+    def scope(self) -> bool:
+        """Read the owner links the node's pods now need and narrow the VPA watch to their VPAs; whether
+        the VPA watch changed."""
+        pods = self.ctx.pods()
+        before = self.owner_links.owners()
+        wanted = node_selector(pods, self.owner_links)
+        if self.owner_links.owners() != before:
+            self.source.owners = self.owner_links.owners()
+            self.ctx.refresh(None)
+        specs = {"node": WatchSpec(path(f"{GROUP}/{VERSION}", PLURAL), label_selector=wanted)} if wanted else {}
+        return self.vpas.want(specs)
+
+    def objects(self) -> list[Mapping[str, Any]]:
+        """The VPAs of this node's pods as the watch holds them (for the recommender's publishing step)."""
+        return self.vpas.values()
 
     def _node_changed(self) -> None:
         labels: Mapping[str, Any] = {}
@@ -169,7 +197,6 @@ class VPAComponent:
         node = self.ctx.node or ""
         loops = [
             ("vpa-watch", self._vpa_loop),
-            ("vpa-replicasets", lambda s: self._watch(self.api.lister(path("apps/v1", "replicasets")), "replicasets", self.replicasets, s)),
             ("vpa-node", lambda s: self._watch(self.api.lister(path("v1", "nodes")), f"node {node}", self.nodes, s, f"metadata.name={node}")),
         ]
         if self.via_api:
@@ -178,13 +205,15 @@ class VPAComponent:
         self._threads.start(loops, stop)
 
     def join(self, timeout_s: float) -> None:
-        self._threads.join(timeout_s, self.source.wake)
+        self._threads.join(timeout_s, self.source.wake, self.scope_wake)
+        self.vpas.close(timeout_s)
 
     def _watch(self, call: Any, noun: str, sink: ObjectCache, stop: threading.Event, selector: str | None = None) -> None:
         self._threads.watch(call, noun, sink, stop, selector)
 
     def _vpa_loop(self, stop: threading.Event) -> None:
-        """Wait for the VPA CRD (one warning when missing), then list/watch VPAs in every namespace."""
+        """Wait for the VPA CRD (one warning when missing), then keep the VPA watch on this node's pods'
+        owners: narrowed again whenever the pods change (and a link that could not be read is tried again)."""
 
         call = self.api.lister(path(f"{GROUP}/{VERSION}", PLURAL))
 
@@ -204,8 +233,15 @@ class VPAComponent:
                 stop.wait(5.0)
                 continue
             log.info("vpa.watching", message="VerticalPodAutoscalers found: VPA in place is on")
-            self._watch(call, "verticalpodautoscalers", self.vpas, stop)
-            return
+            break
+        while not stop.is_set():
+            try:
+                self.scope()
+            except Exception as err:  # one bad pass must not end VPA in place: log, go on
+                log.warning("vpa.scope_failed", error=f"{type(err).__name__}: {err}")
+            self.scope_wake.wait(RETRY_SCOPE_S if self.owner_links.pending() else None)
+            self.scope_wake.clear()
+            stop.wait(SETTLE_S)
 
     def _usage_loop(self, stop: threading.Event) -> None:
         """Every USAGE_S, the working set of the containers whose VPA decision holds a memory decrease
@@ -327,4 +363,6 @@ def vpa_component(ctx: DaemonContext) -> Component | None:
     source.restore(kept if not via_api else ActuatorState(blocked=kept.blocked))
     ctx.sources.append(source)
     ctx.metrics.vpa_enabled.set(1)
-    return VPAComponent(ctx, source, via_api)
+    component = VPAComponent(ctx, source, via_api)
+    ctx.vpas = component.objects
+    return component

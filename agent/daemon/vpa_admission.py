@@ -3,6 +3,11 @@ agent.vpa.admission_cluster says the cluster should hold (one Deployment replica
 when it is down, the policy keeps reading the objects as they last were, as VPA's webhook falls back to
 the recommendation cached in the VPA object).
 
+It also labels every VPA with its target (`kube-cgroup-agent.io/target`, agent.vpa.target), the label each
+node's agent watches VPAs by: the one place that reads every VPA of the cluster hands each node only the
+VPAs of its own pods, filtered by the API server. At most LABELS_PER_PASS labels a pass, so that a first
+start in a cluster of ten thousand VPAs spreads its writes.
+
 Nothing is written or deleted while the VPAs, the LimitRanges or the parameters are not known as they are
 now (before the first list: an empty view would delete every object; a watch failing: a VPA deleted
 meanwhile would be written again); a workload kind not known now leaves its VPAs' objects as they are. A write that fails is tried again at the next pass (at the latest after `resync_s`).
@@ -17,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from agent.daemon.objects import ObjectCache, Threads
-from agent.infra.apiserver import APIServer, path
+from agent.infra.apiserver import MERGE_PATCH, APIServer, path
 from agent.infra.logging import get_logger
 from agent.infra.metrics import KeeperMetrics
 from agent.kube.errors import APIError, APINotFound, wrap
@@ -25,12 +30,15 @@ from agent.kube.trim import without_managed_fields
 from agent.vpa.admission import GROUP, PARAMS_LABEL, PLURAL, VERSION
 from agent.vpa.admission_cluster import TARGETS, Desired, Key, desired, differs, trimmer
 from agent.vpa.policy import Options
+from agent.vpa.target import TARGET_LABEL, label_of, wanted_value
 
 log = get_logger("agent.daemon.vpa_admission")
 
 FIELD_MANAGER: Final = "kube-cgroup-agent-vpa-admission"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 PARAMS_VERSION: Final = f"{GROUP}/{VERSION}"
+VPA_VERSION: Final = "autoscaling.k8s.io/v1"
+LABELS_PER_PASS: Final = 100
 
 
 class _Listed(ObjectCache):
@@ -97,7 +105,7 @@ class Keeper:
 
     def start(self, stop: threading.Event) -> None:
         watches: list[tuple[str, _Listed]] = [
-            (path("autoscaling.k8s.io/v1", "verticalpodautoscalers"), self.vpas),
+            (path(VPA_VERSION, "verticalpodautoscalers"), self.vpas),
             (path("v1", "limitranges"), self.limit_ranges),
             (path(PARAMS_VERSION, PLURAL), self.params),
         ]
@@ -190,9 +198,40 @@ class Keeper:
                 ok = self._apply(key, obj) and ok
         for key in sorted(k for k in set(have) - set(want.objects) if k[0] not in want.unknown):
             ok = self._delete(key) and ok
+        ok = self._label_vpas() and ok
         self.passes += 1
         self._counted(want, ok)
         return ok
+
+    def _label_vpas(self) -> bool:
+        """Label the VPAs whose target label is missing or stale (a targetRef changed); at most
+        LABELS_PER_PASS, the rest at the next pass (which follows at once). False when a write failed."""
+        todo = unlabelled(self.vpas.values())
+        ok = True
+        for vpa, value in todo[:LABELS_PER_PASS]:
+            ok = self._label(vpa, value) and ok
+        if len(todo) > LABELS_PER_PASS:
+            self.dirty.set()
+        return ok
+
+    def _label(self, vpa: Mapping[str, Any], value: str) -> bool:
+        meta = vpa.get("metadata") or {}
+        ns, name = str(meta.get("namespace")), str(meta.get("name"))
+        self._turned = self.clock()
+        # the UID in the patch is a precondition: a VPA deleted and created again meanwhile is not touched
+        body = {"metadata": {"uid": meta.get("uid"), "labels": {TARGET_LABEL: value}}}
+        try:
+            self.api.patch(path(VPA_VERSION, "verticalpodautoscalers", ns, name), body, MERGE_PATCH, timeout=(10, 30))
+        except Exception as err:
+            e = err if isinstance(err, APIError) else wrap(f"label VerticalPodAutoscaler {ns}/{name}", err)
+            if isinstance(e, APINotFound):
+                return True  # gone meanwhile
+            self.metrics.errors.labels(type(e).__name__).inc()
+            log.warning("keeper.label_failed", namespace=ns, name=name, error=str(e))
+            return False
+        self.metrics.writes.labels("labelled").inc()
+        log.info("keeper.labelled", namespace=ns, name=name, label=f"{TARGET_LABEL}={value}")
+        return True
 
     def _counted(self, want: Desired, ok: bool) -> None:
         m = self.metrics
@@ -246,3 +285,13 @@ class Keeper:
         self.metrics.writes.labels("deleted").inc()
         log.info("keeper.deleted", namespace=ns, name=name)
         return True
+
+
+def unlabelled(vpas: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], str]]:
+    """The VPAs whose target label is not what their targetRef says, with the value it should be (pure)."""
+    out = []
+    for vpa in vpas:
+        value = wanted_value(vpa)
+        if value is not None and label_of(vpa) != value:
+            out.append((vpa, value))
+    return sorted(out, key=lambda t: (str((t[0].get("metadata") or {}).get("namespace")), str((t[0].get("metadata") or {}).get("name"))))

@@ -25,6 +25,8 @@ JSON: Final = "application/json"
 STRATEGIC_MERGE: Final = "application/strategic-merge-patch+json"  # built-in kinds, an object body
 MERGE_PATCH: Final = "application/merge-patch+json"  # custom resources (what CustomObjectsApi sends)
 JSON_PATCH: Final = "application/json-patch+json"  # a list of operations
+# an object's metadata alone (names, labels, owners), without its spec and status: what an owner link reads
+METADATA: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 Query = Mapping[str, str | int | bool | None]
 Timeout = float | tuple[float, float] | None
@@ -68,6 +70,16 @@ def _written(data: bytes) -> Any:
         return None
 
 
+LIMITER_ATTRIBUTE: Final = "kcg_limiter"
+
+
+def limit(client: Any, limiter: Any) -> Any:
+    """Every APIServer over `client` takes a token of `limiter` (agent.infra.ratelimit) before each request:
+    one limit for the process, however many parts make their own APIServer over its one client."""
+    setattr(client, LIMITER_ATTRIBUTE, limiter)
+    return client
+
+
 class APIServer:
     """Requests to the API server through one `kubernetes.client.ApiClient`. Reads return the parsed JSON,
     writes the parsed answer (None when it is not JSON); `request` and `lister` hand out the unread
@@ -75,14 +87,17 @@ class APIServer:
 
     def __init__(self, client: Any) -> None:
         self.client = client  # kubernetes.client.ApiClient
+        self.limiter = getattr(client, LIMITER_ATTRIBUTE, None)  # set by `limit`, or none
 
     def request(self, method: str, resource_path: str, *, query: Query | None = None, body: Any = None,
-                content_type: str | None = None, timeout: Timeout = None) -> Any:
+                content_type: str | None = None, timeout: Timeout = None, accept: str = JSON) -> Any:
         """The urllib3 response of a 2xx answer, unread (the caller reads or streams it, then releases it);
         raises ApiException for any other status."""
         from kubernetes.client.exceptions import ApiException
 
-        headers: dict[str, str] = {"Accept": JSON}
+        if self.limiter is not None:
+            self.limiter.wait()
+        headers: dict[str, str] = {"Accept": accept}
         if content_type is not None:
             headers["Content-Type"] = content_type
         params = sorted(((k, v) for k, v in (query or {}).items() if v is not None), key=lambda kv: kv[0])  # the typed calls' order
@@ -108,9 +123,11 @@ class APIServer:
             resp.release_conn()
         return data
 
-    def get(self, resource_path: str, query: Query | None = None, *, timeout: Timeout = None) -> Any:
-        """One object (or any GET answer) as parsed JSON; ValueError when it is not JSON."""
-        return json.loads(self._read("GET", resource_path, query=query, timeout=timeout))
+    def get(self, resource_path: str, query: Query | None = None, *, timeout: Timeout = None,
+            accept: str = JSON) -> Any:
+        """One object (or any GET answer) as parsed JSON; ValueError when it is not JSON. `accept=METADATA`:
+        its metadata alone."""
+        return json.loads(self._read("GET", resource_path, query=query, timeout=timeout, accept=accept))
 
     def list(self, resource_path: str, query: Query | None = None, *, timeout: Timeout = None) -> Any:
         """A list (`items`, `metadata.continue`, `metadata.resourceVersion`) as parsed JSON."""

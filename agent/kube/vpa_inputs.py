@@ -1,5 +1,7 @@
 """VPAs, their owners (ReplicaSets) and this node, read once from the API for the CLI's dry-run
-commands (`agent.vpa.inputs` decides from them as the daemon would). Read-only lists, never watched."""
+commands (`agent.vpa.inputs` decides from them as the daemon would). Read-only, never watched, and only
+what the node's pods need, as the daemon reads them (its RBAC allows no more): the owner links of its
+pods by name (agent.kube.owners), the VPAs by their target label (agent.vpa.target)."""
 
 from __future__ import annotations
 
@@ -16,18 +18,21 @@ def read_api(kubeconfig: str | None, node: str | None) -> VPAInputs | None:
 
     from agent.kube.client import api_client
 
+    vpas = path("autoscaling.k8s.io/v1", "verticalpodautoscalers")
     try:
         api = APIServer(api_client(kubeconfig))
         found: list[Mapping[str, Any]] = []
         try:
-            listed: Any = api.list(path("autoscaling.k8s.io/v1", "verticalpodautoscalers"))
+            probe: Any = api.list(vpas, {"limit": 1})
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
-        found.extend({**v, "kind": "VerticalPodAutoscaler"} for v in listed.get("items", []))
-        rs: Any = api.list(path("apps/v1", "replicasets"))
-        found.extend({**r, "kind": "ReplicaSet"} for r in rs.get("items", []))
+        if node:
+            items = _node_vpas(api, node, found)
+        else:  # no node to narrow by: every VPA, and no owner chain beyond a pod's own controller
+            items = probe.get("items", []) if not probe.get("metadata", {}).get("continue") else api.list(vpas).get("items", [])
+        found.extend({**v, "kind": "VerticalPodAutoscaler"} for v in items)
         if node:
             found.append({**api.get(path("v1", "nodes", name=node)), "kind": "Node"})
     except ApiException as err:
@@ -35,3 +40,18 @@ def read_api(kubeconfig: str | None, node: str | None) -> VPAInputs | None:
     except Exception as err:  # configuration and connection errors: one line, not a traceback
         raise VPAInputError(f"reading VPAs from the API failed: {err}") from None
     return from_objects(found, node)
+
+
+def _node_vpas(api: APIServer, node: str, links: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The VPAs of `node`'s pods; their owner links appended to `links` as the objects they were read from."""
+    from agent.kube.node_vpas import NodeVPAs
+    from agent.pods.load import from_objects as pods_from
+
+    raw = api.list(path("v1", "pods"), {"fieldSelector": f"spec.nodeName={node}"}).get("items") or []
+    pods = pods_from([p for p in raw if isinstance(p, dict)]).pods
+    read = NodeVPAs(api, lambda: pods)
+    items = read()
+    for (ns, kind, name), (owner_kind, owner) in read.owners.owners().items():
+        links.append({"kind": kind, "metadata": {"namespace": ns, "name": name, "ownerReferences": [
+            {"kind": owner_kind, "name": owner, "controller": True}]}})
+    return items

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -134,23 +135,32 @@ class Watcher:
         metrics: BaseMetrics,
         *,
         selector: str | None = None,
-        watch_timeout_s: int = 300,
+        label_selector: str | None = None,
+        watch_timeout_s: int | None = None,
         page_size: int = 500,
         backoff: Backoff | None = None,
     ) -> None:
         self.call = call
         self.noun = noun  # "pods of node n1": in errors and logs
         self.metrics = metrics
-        self.watch_timeout_s = watch_timeout_s
+        # client-go's reflector: a random timeout between 5 and 10 minutes, so that the watches of many
+        # agents started together do not all reconnect together (each reconnect is one request)
+        self.watch_timeout_s = watch_timeout_s if watch_timeout_s is not None else random.randint(300, 599)
         self.page_size = page_size
         self.backoff = backoff or Backoff(base=0.5, cap=30.0)
         self.selector = selector
+        self.label_selector = label_selector
         self._resp: Any = None
         self._lock = threading.Lock()
         self._delivered = False  # the current (or last) stream sent an event or a bookmark
 
     def _selected(self) -> dict[str, Any]:
-        return {"field_selector": self.selector} if self.selector else {}
+        out: dict[str, Any] = {}
+        if self.selector:
+            out["field_selector"] = self.selector
+        if self.label_selector:
+            out["label_selector"] = self.label_selector
+        return out
 
     def list(self) -> tuple[list[Mapping[str, Any]], str]:
         """Every object (paged) and the list's resourceVersion."""

@@ -120,6 +120,9 @@ class Publisher:
     node: str
     state: RecommenderState
     pods: Callable[[], Sequence[PodView]]
+    # the VPAs that may concern this node's pods (never every VPA of the cluster); raises the client's
+    # errors, a 404 when there is no VPA CRD
+    vpas: Callable[[], Sequence[Mapping[str, Any]]]
     clock: Callable[[], float] = time.time
     _written: dict[str, float] = field(default_factory=dict)  # VPA key -> when its status was last written
     _held: set[tuple[str, str]] = field(default_factory=set)  # (namespace, VPA) whose Lease this node holds
@@ -135,7 +138,7 @@ class Publisher:
 
         co = self._server()
         try:
-            vpas = [v for v in co.list(_path(VPA))["items"] if names_us(v)]
+            vpas = [v for v in self.vpas() if names_us(v)]
         except ApiException as err:
             if err.status == 404:
                 return []  # no VPA CRD: nothing to publish for

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agent.vpa.target import TARGET_LABEL, target_value
 from tests.daemon.harness import REPO, Daemon, Env, wait_for
 from tests.resize.manifests import ctr, manifest
 
@@ -59,16 +60,27 @@ def _typed_modules(daemon: RecordingDaemon) -> list[str]:
 
 
 def _workloads(env: Env, vpa_annotation: bool) -> None:
+    """A StatefulSet db and a Deployment web (through its ReplicaSet) with a pod each on this node, and web's
+    VPA labelled with its target as the cluster's keeper labels it."""
     c = env.cluster
     c.serve("autoscaling.k8s.io", "v1", "verticalpodautoscalers", kind="VerticalPodAutoscaler")
     c.serve("apps", "v1", "statefulsets", kind="StatefulSet")
     c.serve("apps", "v1", "daemonsets", kind="DaemonSet")
-    c.put("apps", "v1", "statefulsets", {"metadata": {"name": "db", "namespace": "shop", "uid": "s-1", "annotations": {
+    c.serve("apps", "v1", "replicasets", kind="ReplicaSet")
+    c.put("apps", "v1", "statefulsets", {"metadata": {"name": "db", "namespace": "default", "uid": "s-1", "annotations": {
         "kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}}, "spec": {}})
+    c.put("apps", "v1", "replicasets", {"metadata": {"name": "web-1", "namespace": "default", "ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "d-1", "controller": True}]}})
     annotations = {"kube-cgroup-agent.io/vpa-actuator": "node"} if vpa_annotation else {}
     c.put("autoscaling.k8s.io", "v1", "verticalpodautoscalers", {"metadata": {
-        "name": "web", "namespace": "shop", "uid": "v-1", "annotations": annotations},
+        "name": "web", "namespace": "default", "uid": "v-1", "annotations": annotations,
+        "labels": {TARGET_LABEL: target_value("default", "Deployment", "web")}},
         "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}})
+    for pod, kind, owner in (("db-0", "StatefulSet", "db"), ("web-1-x", "ReplicaSet", "web-1")):
+        raw = manifest(pod, [ctr("app", lim={"cpu": "100m", "memory": "64Mi"})])
+        raw["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": kind, "name": owner, "uid": f"o-{owner}", "controller": True}]
+        env.node.add_pod(raw)
+        env.publish(pod)
 
 
 def test_the_daemon_never_imports_the_typed_api_classes(env: Env, tmp_path: Path) -> None:
@@ -93,6 +105,7 @@ def test_the_rollout_component_never_imports_the_typed_api_classes_either(env: E
     _workloads(env, vpa_annotation=True)  # the VPA is told VPA in place is off here (an opt-in notice)
     config = env.config(rollout={"enabled": True, "allowWithoutAdmissionPolicy": True})
     daemon = _run_recording(env, tmp_path, config, ("rollout", "opt-in-notices"))
-    wait_for(lambda: c.count("GET", "/statefulsets") and c.count("GET", "/daemonsets"), "the workload watches")
+    wait_for(lambda: c.count("GET", "/namespaces/default/statefulsets?"), "the watch of db, its pod's StatefulSet")
+    assert c.count("GET", "/daemonsets") == 0  # no pod of a DaemonSet here: none watched
     wait_for(lambda: c.count("POST", "/events"), "the opt-in notice")
     assert _typed_modules(daemon) == []

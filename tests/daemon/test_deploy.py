@@ -61,7 +61,8 @@ def test_every_document_is_a_valid_object_of_its_kind() -> None:
         ("CustomResourceDefinition", "vpaadmissionparams.kube-cgroup-agent.io"),
         ("MutatingAdmissionPolicy", "kube-cgroup-agent-vpa"),
         ("MutatingAdmissionPolicyBinding", "kube-cgroup-agent-vpa"),
-        *((k, KEEPER) for k in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment")),
+        *((k, KEEPER) for k in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
+                                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")),
     ])
 
 
@@ -83,8 +84,8 @@ def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
         ("", "nodes", "list"),  # VPA in place: the panic-button label, this node only (field selector)
         ("", "nodes", "watch"),
         ("", "pods/resize", "patch"),  # VPA in place where the kubelet resizes
-        ("apps", "replicasets", "list"),  # VPA in place: the owner chain
-        ("apps", "replicasets", "watch"),
+        ("apps", "replicasets", "get"),  # VPA in place: the owner chain, each link read once by name
+        ("batch", "jobs", "get"),
         ("", "events", "create"),
         ("", "events", "patch"),
         ("", "limitranges", "list"),  # the bound of the annotations (agent/daemon/limitranges.py)
@@ -103,9 +104,11 @@ def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
         # graceful in-place updates, confined by the ValidatingAdmissionPolicy (test below)
         ("", "pods", "patch"),
         ("", "pods", "delete"),
-        ("apps", "statefulsets", "list"),
+        ("apps", "statefulsets", "get"),  # the opt-in notice, when rollouts are off
+        ("apps", "statefulsets", "list"),  # each of the node's pods' StatefulSets, watched by name
         ("apps", "statefulsets", "watch"),
         ("apps", "statefulsets", "patch"),
+        ("apps", "daemonsets", "get"),
         ("apps", "daemonsets", "list"),
         ("apps", "daemonsets", "watch"),
         ("apps", "daemonsets", "patch"),
@@ -127,7 +130,9 @@ def test_the_vpa_admission_keeper_reads_workloads_and_writes_only_its_own_object
                                     ("apps", ["deployments", "statefulsets", "daemonsets", "replicasets"]), ("batch", ["jobs", "cronjobs"]))
             for r in rs for v in ("list", "watch")}
     own = {("kube-cgroup-agent.io", "vpaadmissionparams", v) for v in ("list", "watch", "create", "patch", "delete")}
-    assert granted == read | own
+    # the target label on every VPA, by which each node watches its own (its own policy confines the patch)
+    label = {("autoscaling.k8s.io", "verticalpodautoscalers", "patch")}
+    assert granted == read | own | label
     assert all(not r.resource_names and not r.non_resource_urls for r in role.rules)
     binding = _one("ClusterRoleBinding", KEEPER)
     assert binding.role_ref.name == KEEPER

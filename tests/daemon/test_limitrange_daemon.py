@@ -75,7 +75,7 @@ def test_within_the_bound_applies_beyond_it_is_refused_and_the_other_pod_goes_on
 
 
 def test_limitranges_that_cannot_be_listed_refuse_annotations_until_they_can(env: Env) -> None:
-    env.cluster.fail("GET", "/api/v1/limitranges?", 403, times=1)  # e.g. the RBAC rule not yet rolled out
+    env.cluster.fail("GET", "/api/v1/namespaces/default/limitranges?", 403, times=1)  # e.g. the RBAC rule not yet rolled out
     env.cluster.put(*LR_API, _limit_range("500m"))
     _pods(env, "a", "plain")
     pod = env.publish("a")

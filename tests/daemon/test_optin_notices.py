@@ -18,7 +18,9 @@ from agent.daemon.optin import (
     notice_name,
     notices,
 )
+from agent.vpa.target import TARGET_LABEL, target_value
 from tests.daemon.harness import Env, wait_for
+from tests.resize.manifests import ctr, manifest
 
 VPA_API = ("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
 STS_API = ("apps", "v1", "statefulsets")
@@ -75,14 +77,46 @@ def test_only_what_is_off_is_listed() -> None:
     assert features_off(vpa=True, rollout=False, recommender=True) == (STATEFULSETS, DAEMONSETS)
 
 
+RS_API = ("apps", "v1", "replicasets")
+
+
+def _here(name: str, uid: str, annotations: dict[str, str] | None = None, spec: dict[str, Any] | None = None,
+          target: str | None = None) -> dict[str, Any]:
+    """An object in the node pods' namespace; a VPA labelled with its target as the cluster's keeper does."""
+    obj = _obj(name, uid, annotations, spec)
+    obj["metadata"]["namespace"] = "default"
+    if target is not None:
+        obj["spec"]["targetRef"] = {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}
+        obj["metadata"]["labels"] = {TARGET_LABEL: target_value("default", "Deployment", target)}
+    return obj
+
+
+def _owned(env: Env, pod: str, kind: str, owner: str) -> None:
+    raw = manifest(pod, [ctr("app", lim={"cpu": "100m", "memory": "64Mi"})])
+    raw["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": kind, "name": owner, "uid": f"o-{owner}", "controller": True}]
+    env.node.add_pod(raw)
+    env.publish(pod)
+
+
 def _serve(env: Env) -> None:
+    """web, batch and api run here (Deployments through their ReplicaSets) and db (a StatefulSet); the
+    opted-in objects of elsewhere (VPA far, StatefulSet far-db) concern no pod of this node."""
     c = env.cluster
     c.serve(*VPA_API, kind="VerticalPodAutoscaler")
     c.serve(*STS_API, kind="StatefulSet")
     c.serve(*DS_API, kind="DaemonSet")
-    for vpa in (OPTED_VPA, PLAIN_VPA, NAMING_VPA):
-        c.put(*VPA_API, vpa)
-    c.put(*STS_API, OPTED_STS)
+    c.serve(*RS_API, kind="ReplicaSet")
+    for deployment in ("web", "batch", "api"):
+        c.put(*RS_API, {"metadata": {"name": f"{deployment}-7c9", "namespace": "default", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment, "uid": f"d-{deployment}", "controller": True}]}})
+        _owned(env, f"{deployment}-7c9-x", "ReplicaSet", f"{deployment}-7c9")
+    _owned(env, "db-0", "StatefulSet", "db")
+    c.put(*VPA_API, _here("web", "v-1", {"kube-cgroup-agent.io/vpa-actuator": "node"}, target="web"))
+    c.put(*VPA_API, _here("api", "v-2", target="api"))
+    c.put(*VPA_API, _here("batch", "v-3", spec={"recommenders": [{"name": "kube-cgroup-agent"}]}, target="batch"))
+    c.put(*VPA_API, _here("far", "v-4", {"kube-cgroup-agent.io/vpa-actuator": "node"}, target="far"))
+    c.put(*STS_API, _here("db", "s-1", {"kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}))
+    c.put(*STS_API, _here("far-db", "s-9", {"kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}))
 
 
 def _told(env: Env) -> dict[str, str]:
@@ -95,7 +129,10 @@ def test_a_node_with_the_features_off_tells_each_opted_in_object_once_across_res
     first.ready()
     wait_for(lambda: first.logged("component.started", component="opt-in-notices"), "the opt-in notices")
     told = wait_for(lambda: _told(env) if len(_told(env)) == 3 else None, "three opted-in objects told")
-    assert set(told) == {"web", "batch", "db"}  # "api" does not opt in
+    assert set(told) == {"web", "batch", "db"}  # "api" does not opt in; "far" and "far-db" are not this node's
+    # what the node read: the VPAs filtered by their target label, its StatefulSet by name; never a whole kind
+    reads = [r.path for r in env.cluster.requests if r.method == "GET" and ("/verticalpodautoscalers" in r.path or "/statefulsets" in r.path)]
+    assert reads and all("labelSelector=" in p or "/statefulsets/db" in p for p in reads), reads
     assert "vpa.enabled is false" in told["web"] and "rollout.enabled is false" in told["db"]
     assert "recommender.enabled is false" in told["batch"]
     first.terminate()

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from agent.commands.main import main
+from agent.vpa.target import TARGET_LABEL, target_value
 from tests.daemon.harness import Env, wait_for
 from tests.resize.manifests import ctr, manifest
 from tests.support.fakeapi.node import NODE
@@ -59,7 +60,8 @@ def test_the_daemon_publishes_its_partials_and_at_shutdown_gives_up_its_leases(e
     c.serve("kube-cgroup-agent.io", "v1alpha1", "recommendationpartials", kind="RecommendationPartial")
     c.serve("coordination.k8s.io", "v1", "leases", kind="Lease")
     c.put("autoscaling.k8s.io", "v1", "verticalpodautoscalers", {
-        "metadata": {"name": "web", "namespace": "default", "uid": "v-1"},
+        "metadata": {"name": "web", "namespace": "default", "uid": "v-1",
+                     "labels": {TARGET_LABEL: target_value("default", "StatefulSet", "web")}},  # as the keeper labels it
         "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web"},
                  "recommenders": [{"name": "kube-cgroup-agent"}]}})
     pod = _pod("web-0")

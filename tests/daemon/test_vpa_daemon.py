@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agent.vpa.target import TARGET_LABEL, target_value
 from tests.daemon.harness import Env, wait_for
 from tests.resize.manifests import ctr, manifest
 from tests.support.fakeapi.node import NODE, node_object
@@ -30,7 +31,9 @@ def _pod(name: str = "web-6d4f-x") -> dict[str, Any]:
 
 
 def _vpa(cpu: str, lower: str, upper: str, opted_in: bool = True) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "web", "namespace": "default"}
+    # labelled with its target as the cluster's keeper labels every VPA: the label the node watches by
+    meta: dict[str, Any] = {"name": "web", "namespace": "default",
+                            "labels": {TARGET_LABEL: target_value("default", "Deployment", "web")}}
     if opted_in:
         meta["annotations"] = {"kube-cgroup-agent.io/vpa-actuator": "node"}
     return {

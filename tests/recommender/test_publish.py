@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from agent.infra.apiserver import APIServer, path
 from agent.pods.parse import parse_pod
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.model import ContainerHistory
@@ -51,6 +52,11 @@ def test_which_pods_a_vpa_selects(vpa: dict[str, Any], pod: Any, expected: bool)
     assert selects(vpa, pod) is expected
 
 
+def _vpas(c: client.ApiClient) -> Any:
+    """Every VPA, as the daemon's reader would hand the node's (here: the VPAs are all the node's)."""
+    return lambda: APIServer(c).list(path(f"{VPA[0]}/{VPA[1]}", VPA[2]))["items"]
+
+
 def _state(pod: str, cpu: float, n: int) -> RecommenderState:
     st = RecommenderState(S)
     for i in range(n):
@@ -78,8 +84,8 @@ def test_the_leader_merges_both_nodes_and_a_successor_loses_nothing(api: tuple[F
     cluster, c = api
     now = [T0 + 86_400]
     a_state, b_state = _state("a", 0.2, 300), _state("b", 1.5, 300)
-    a = Publisher(c, "n1", a_state, lambda: [_pod("a", "n1")], clock=lambda: now[0])
-    b = Publisher(c, "n2", b_state, lambda: [_pod("b", "n2")], clock=lambda: now[0])
+    a = Publisher(c, "n1", a_state, lambda: [_pod("a", "n1")], _vpas(c), clock=lambda: now[0])
+    b = Publisher(c, "n2", b_state, lambda: [_pod("b", "n2")], _vpas(c), clock=lambda: now[0])
 
     assert a.step() == ["shop/api"]  # first: takes the Lease, writes what it has (its own partial)
     assert b.step() == []  # publishes its partial; the Lease is n1's
@@ -121,7 +127,7 @@ def test_without_the_vpa_crd_nothing_is_published() -> None:
     cfg.host = server.url
     try:
         with client.ApiClient(cfg) as c:
-            assert Publisher(c, "n1", _state("a", 0.2, 10), lambda: [_pod("a", "n1")]).step() == []
+            assert Publisher(c, "n1", _state("a", 0.2, 10), lambda: [_pod("a", "n1")], _vpas(c)).step() == []
         assert cluster.count("POST") == 0 and cluster.count("PATCH") == 0
     finally:
         server.stop()
@@ -134,8 +140,8 @@ def test_the_holder_keeps_its_lease_whatever_the_phase_of_the_other_nodes_steps(
     other node, stepping in between, never takes it, and only the holder writes the status."""
     cluster, c = api
     now = [T0 + 86_400]
-    a = Publisher(c, "n1", _state("a", 0.2, 300), lambda: [_pod("a", "n1")], clock=lambda: now[0])
-    b = Publisher(c, "n2", _state("b", 1.5, 300), lambda: [_pod("b", "n2")], clock=lambda: now[0])
+    a = Publisher(c, "n1", _state("a", 0.2, 300), lambda: [_pod("a", "n1")], _vpas(c), clock=lambda: now[0])
+    b = Publisher(c, "n2", _state("b", 1.5, 300), lambda: [_pod("b", "n2")], _vpas(c), clock=lambda: now[0])
     interval = S.recommender_interval_s
     written: list[str] = []
     for _ in range(6):
@@ -155,8 +161,8 @@ def test_a_holder_that_stops_gives_its_lease_up_and_the_next_node_takes_over_at_
 ) -> None:
     cluster, c = api
     now = [T0 + 86_400]
-    a = Publisher(c, "n1", _state("a", 0.2, 300), lambda: [_pod("a", "n1")], clock=lambda: now[0])
-    b = Publisher(c, "n2", _state("b", 1.5, 300), lambda: [_pod("b", "n2")], clock=lambda: now[0])
+    a = Publisher(c, "n1", _state("a", 0.2, 300), lambda: [_pod("a", "n1")], _vpas(c), clock=lambda: now[0])
+    b = Publisher(c, "n2", _state("b", 1.5, 300), lambda: [_pod("b", "n2")], _vpas(c), clock=lambda: now[0])
     assert a.step() == ["shop/api"]
     now[0] += 5
     assert b.step() == []
@@ -171,8 +177,8 @@ def test_a_holder_that_stops_gives_its_lease_up_and_the_next_node_takes_over_at_
 def test_a_released_lease_taken_by_another_node_is_not_released_again(api: tuple[FakeCluster, client.ApiClient]) -> None:
     cluster, c = api
     now = [T0 + 86_400]
-    a = Publisher(c, "n1", _state("a", 0.2, 300), lambda: [_pod("a", "n1")], clock=lambda: now[0])
-    b = Publisher(c, "n2", _state("b", 1.5, 300), lambda: [_pod("b", "n2")], clock=lambda: now[0])
+    a = Publisher(c, "n1", _state("a", 0.2, 300), lambda: [_pod("a", "n1")], _vpas(c), clock=lambda: now[0])
+    b = Publisher(c, "n2", _state("b", 1.5, 300), lambda: [_pod("b", "n2")], _vpas(c), clock=lambda: now[0])
     assert a.step() == ["shop/api"]
     now[0] += lease_seconds(S.recommender_interval_s) + 1  # n1 stalled past its Lease: n2 takes it
     assert b.step() == ["shop/api"]

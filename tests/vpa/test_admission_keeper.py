@@ -252,3 +252,35 @@ def test_the_command_serves_its_probes_and_metrics_and_stops_on_sigterm(running:
         assert keeper.terminate() == 0
     finally:
         keeper.stop()
+
+
+def test_every_vpa_gets_its_target_label_and_a_moved_target_gets_it_again(running: Running) -> None:
+    """The label each node's agent watches VPAs by (agent.vpa.target): written on every VPA, opted in or
+    not, with a UID precondition; a targetRef changed later gets the new value; nothing else changes."""
+    from agent.vpa.target import TARGET_LABEL, target_value
+
+    c = running.cluster
+    c.put(*DEPLOYMENTS, deployment("web"))
+    c.put(*VPA, vpa("web"))
+    c.put(*VPA, vpa("quiet", target="other", opted=False))
+    running.start()
+
+    def label(name: str) -> str | None:
+        return ((c.get(*VPA, "ns", name) or {}).get("metadata", {}).get("labels") or {}).get(TARGET_LABEL)
+
+    wait_for("both labelled", lambda: label("web") and label("quiet"), 10)
+    assert label("web") == target_value("ns", "Deployment", "web")
+    assert label("quiet") == target_value("ns", "Deployment", "other")
+    patches = c.recorded("PATCH", "/verticalpodautoscalers/")
+    assert len(patches) == 2 and all(set(p.body["metadata"]) == {"uid", "labels"} and "spec" not in p.body for p in patches)
+    moved = vpa("quiet", target="api", opted=False)
+    moved["metadata"]["labels"] = {TARGET_LABEL: label("quiet")}
+    c.put(*VPA, moved)
+    wait_for("the new target's label", lambda: label("quiet") == target_value("ns", "Deployment", "api"), 10)
+    labelled = running.metrics.writes.labels("labelled")
+    wait_for("three labels written", lambda: labelled._value.get() == 3, 10)
+    sent = len(c.recorded("PATCH", "/verticalpodautoscalers/"))
+    passes = running.keeper.passes
+    running.keeper.dirty.set()  # another pass: every label is right, nothing more to write
+    wait_for("another pass", lambda: running.keeper.passes > passes + 1, 10)
+    assert len(c.recorded("PATCH", "/verticalpodautoscalers/")) == sent and labelled._value.get() == 3

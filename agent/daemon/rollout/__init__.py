@@ -1,8 +1,9 @@
 """Graceful in-place updates beside the pod loop (seed 004): this node's part of the rollout of every
 StatefulSet and DaemonSet that opts in (agent.rollout.workload).
 
-Steady state costs nothing but two watches (StatefulSets, DaemonSets): a workload is looked at closer
-only when one of this node's pods is behind its update revision. Then, each second: the workload's pods
+Steady state costs nothing but one watch per StatefulSet and DaemonSet this node has pods of (each narrowed
+to its one object by `metadata.name`: a node never receives the workloads of other nodes, agent.daemon.scope):
+a workload is looked at closer only when one of this node's pods is behind its update revision. Then, each second: the workload's pods
 (one LIST), its revisions (cached: they never change), the order (agent.rollout.order), and for a pod
 whose turn it is, one update, step by step, each step once:
 
@@ -33,11 +34,12 @@ from functools import partial
 from typing import Any, Final
 
 from agent.daemon.components import Component, DaemonContext
-from agent.daemon.objects import ObjectCache, Threads
+from agent.daemon.objects import Threads
 from agent.daemon.rollout.revisions import Revisions
 from agent.daemon.rollout.slots import Slots
 from agent.daemon.rollout.status import Notices, raw_ref
 from agent.daemon.rollout.update import Flight, Updater
+from agent.daemon.scope import ScopedWatches, WatchSpec
 from agent.infra.apiserver import APIServer, path
 from agent.infra.logging import get_logger
 from agent.kube.trim import without_managed_fields
@@ -78,8 +80,11 @@ class RolloutComponent:
         self.node = ctx.node or ""
         self.api = api = APIServer(ctx.api)
         self.wake = threading.Event()
-        self.statefulsets = ObjectCache(self.wake.set, keep=kept_workload)
-        self.daemonsets = ObjectCache(self.wake.set, keep=kept_workload)
+        self.statefulsets = ScopedWatches(api, ctx.metrics, "statefulsets", self.wake.set, keep=kept_workload)
+        self.daemonsets = ScopedWatches(api, ctx.metrics, "daemonsets", self.wake.set, keep=kept_workload)
+        self.rescope = threading.Event()  # the node's pods changed: which workloads it watches may too
+        self.rescope.set()
+        ctx.on_pods.append(self._pods_changed)
         self.reads = Revisions(api, settings)
         self.notices = Notices(ctx, self.node, api)
         self.updates = Updater(ctx, settings, api, Slots(ctx.api, self.node), self.notices)
@@ -88,18 +93,31 @@ class RolloutComponent:
     # ---- lifecycle ----
 
     def start(self, stop: threading.Event) -> None:
-        loops = [
-            ("rollout-statefulsets", lambda s: self._watch(self.api.lister(path("apps/v1", "statefulsets")), "statefulsets", self.statefulsets, s)),
-            ("rollout-daemonsets", lambda s: self._watch(self.api.lister(path("apps/v1", "daemonsets")), "daemonsets", self.daemonsets, s)),
-            ("rollout", self._loop),
-        ]
-        self._threads.start(loops, stop)
+        self._threads.start([("rollout", self._loop)], stop)
 
     def join(self, timeout_s: float) -> None:
         self._threads.join(timeout_s, self.wake)
+        self.statefulsets.close(timeout_s)
+        self.daemonsets.close(timeout_s)
 
-    def _watch(self, call: Any, noun: str, sink: ObjectCache, stop: threading.Event) -> None:
-        self._threads.watch(call, noun, sink, stop)
+    def _pods_changed(self) -> None:
+        self.rescope.set()
+        self.wake.set()
+
+    def scope(self) -> None:
+        """Watch the StatefulSets and DaemonSets that own this node's pods, and those with an update in
+        flight here (a recreated pod is gone until its successor runs), one object each."""
+        wanted: dict[str, set[tuple[str, str]]] = {"StatefulSet": set(), "DaemonSet": set()}
+        for p in self.ctx.pods():
+            if p.owner is not None and p.owner[0] in wanted:
+                wanted[p.owner[0]].add((p.namespace, p.owner[1]))
+        for f in self.updates.flights.values():
+            wanted[f.workload.kind.value].add((f.workload.namespace, f.workload.name))
+        for kind, plural, watches in (("StatefulSet", "statefulsets", self.statefulsets), ("DaemonSet", "daemonsets", self.daemonsets)):
+            watches.want({
+                f"{ns}/{name}": WatchSpec(path("apps/v1", plural, ns), field_selector=f"metadata.name={name}")
+                for ns, name in wanted[kind]
+            })
 
     def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -108,6 +126,9 @@ class RolloutComponent:
             if stop.is_set():
                 return
             try:
+                if self.rescope.is_set():
+                    self.rescope.clear()
+                    self.scope()
                 self.tick()
             except Exception as err:  # one bad pass must not end the rollouts: log, go on
                 log.warning("rollout.tick_failed", error=f"{type(err).__name__}: {err}")

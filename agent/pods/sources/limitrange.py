@@ -23,11 +23,14 @@ if TYPE_CHECKING:
 class _Seen:
     """The LimitRanges as last listed, by namespace, or why they could not be (immutable: replaced whole)."""
 
-    __slots__ = ("by_namespace", "unavailable")
+    __slots__ = ("by_namespace", "failing", "known", "unavailable")
 
-    def __init__(self, by_namespace: Mapping[str, tuple[LimitRange, ...]], unavailable: str | None) -> None:
+    def __init__(self, by_namespace: Mapping[str, tuple[LimitRange, ...]], unavailable: str | None,
+                 known: frozenset[str] | None = None, failing: Mapping[str, str] | None = None) -> None:
         self.by_namespace = by_namespace
         self.unavailable = unavailable  # why they cannot be read; None when listed
+        self.known = known  # the namespaces listed; None: every namespace (a cluster-wide list, a directory)
+        self.failing = failing or {}  # namespaces not known, and why their list fails
 
 
 class LimitRanges:
@@ -51,27 +54,35 @@ class LimitRanges:
     def unknown(cls, namespaces: frozenset[str] | None = None) -> LimitRanges:
         return cls(None, namespaces)
 
-    def replace(self, by_namespace: Mapping[str, Sequence[LimitRange]]) -> frozenset[str] | None:
-        """Now these (every namespace not named has none). Returns the namespaces whose LimitRanges changed,
-        or None when nothing was known before (every namespace changed)."""
+    def replace(self, by_namespace: Mapping[str, Sequence[LimitRange]],
+                known: frozenset[str] | None = None, failing: Mapping[str, str] | None = None) -> frozenset[str] | None:
+        """Now these (every namespace not named has none) in the `known` namespaces (None: in every one;
+        a namespace not known is not listed yet: its annotation-driven changes wait). Returns the namespaces
+        whose LimitRanges (or whether they are known) changed, or None when every namespace may have."""
         new = {ns: tuple(lrs) for ns, lrs in by_namespace.items() if lrs}
         before = self._seen
-        self._seen = _Seen(new, None)
+        self._seen = _Seen(new, None, known, failing)
         self.settled.set()
-        if before is None or before.unavailable is not None:
+        if before is None or before.unavailable is not None or (before.known is None) != (known is None):
             return None
         old = before.by_namespace
-        return frozenset(ns for ns in old.keys() | new.keys() if old.get(ns) != new.get(ns))
+        changed = {ns for ns in old.keys() | new.keys() if old.get(ns) != new.get(ns)}
+        if known is not None and before.known is not None:
+            changed |= known ^ before.known
+        changed |= {ns for ns in before.failing.keys() | (failing or {}).keys()
+                    if before.failing.get(ns) != (failing or {}).get(ns)}
+        return frozenset(changed)
 
-    def replace_objects(self, objects: Iterable[Mapping[str, Any]]) -> tuple[frozenset[str] | None, list[str]]:
+    def replace_objects(self, objects: Iterable[Mapping[str, Any]], known: frozenset[str] | None = None,
+                        failing: Mapping[str, str] | None = None) -> tuple[frozenset[str] | None, list[str]]:
         """`replace` from raw LimitRange objects; also the problem lines of those left out."""
         objects = list(objects)
         if not objects:  # none in the input: nothing to read
-            return self.replace({}), []
+            return self.replace({}, known, failing), []
         from agent.pods.sources.limitrange_rules import parse_all
 
         by_ns, problems = parse_all(objects, self.namespaces)
-        return self.replace(by_ns), problems
+        return self.replace(by_ns, known, failing), problems
 
     def unavailable(self, reason: str) -> bool:
         """They cannot be read now (the last known ones are kept while a watch recovers; this is for when
@@ -92,8 +103,11 @@ class LimitRanges:
         from agent.pods.sources.limitrange_rules import LimitRangesUnavailable, LimitRangeViolation, check_pod
 
         seen = self._seen
-        if seen is None or seen.unavailable is not None:
-            why = "they are not listed yet" if seen is None else f"they cannot be read: {seen.unavailable}"
+        unknown = seen is not None and seen.known is not None and pod.namespace not in seen.known
+        if seen is None or seen.unavailable is not None or unknown:
+            failing = seen.failing.get(pod.namespace) if seen is not None else None
+            why = (f"they cannot be read: {seen.unavailable}" if seen is not None and seen.unavailable is not None
+                   else f"they cannot be read: {failing}" if failing else "they are not listed yet")
             raise LimitRangesUnavailable(
                 f"refused: the annotations' change cannot be checked against namespace {pod.namespace}'s "
                 f"LimitRanges ({why})",

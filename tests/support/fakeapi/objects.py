@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 from tests.support.fakeapi.patches import apply_patch
-from tests.support.fakeapi.protocol import gkey, labels_match, now, status
+from tests.support.fakeapi.protocol import fields_match, gkey, labels_match, now, status
 
 BUILTIN = (("", "v1", "limitranges", "LimitRange"),)
 """Core kinds served by the generic store from the start (a real API server always has them): a test
@@ -88,13 +88,13 @@ class ObjectStore:
             return None
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}", "resources": resources}
 
-    def g_list(self, key: str, ns: str | None, selector: str) -> dict[str, Any]:
+    def g_list(self, key: str, ns: str | None, selector: str, fields: str = "") -> dict[str, Any]:
         kind, _ = self.served[key]
         with self.lock:
             items = [
                 copy.deepcopy(o)
                 for (ons, _n), o in sorted(self.objects[key].items())
-                if (ns is None or ons == ns) and labels_match(o, selector)
+                if (ns is None or ons == ns) and labels_match(o, selector) and fields_match(o, fields)
             ]
             return {"kind": kind + "List", "apiVersion": key.rsplit("/", 1)[0].lstrip("/"),
                     "metadata": {"resourceVersion": str(self.rv)}, "items": items}

@@ -33,11 +33,33 @@ def status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": message}
 
 
+def _terms(selector: str) -> list[str]:
+    """The comma-separated terms of a selector, commas inside a set `(a,b)` kept."""
+    terms, depth, cur = [], 0, ""
+    for ch in selector:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            terms.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    terms.append(cur.strip())
+    return [t for t in terms if t]
+
+
 def labels_match(obj: dict[str, Any], selector: str) -> bool:
-    """A `labelSelector` of `k=v`, `k==v`, `k!=v` and `k` (exists) terms, comma-separated."""
+    """A `labelSelector` of `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k` (exists) and `!k`
+    terms, comma-separated."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    for term in filter(None, selector.split(",")):
-        if "!=" in term:
+    for term in _terms(selector):
+        if " notin " in term or " in " in term:
+            negate = " notin " in term
+            k, values = term.split(" notin " if negate else " in ", 1)
+            wanted = {v.strip() for v in values.strip().strip("()").split(",") if v.strip()}
+            if (labels.get(k.strip()) in wanted) == negate:
+                return False
+        elif "!=" in term:
             k, v = term.split("!=", 1)
             if labels.get(k) == v:
                 return False
@@ -45,7 +67,21 @@ def labels_match(obj: dict[str, Any], selector: str) -> bool:
             k, v = term.replace("==", "=").split("=", 1)
             if labels.get(k) != v:
                 return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
         elif term not in labels:
+            return False
+    return True
+
+
+def fields_match(obj: dict[str, Any], selector: str) -> bool:
+    """A `fieldSelector` of `metadata.name` and `metadata.namespace` equalities (what any kind serves)."""
+    meta = obj.get("metadata") or {}
+    for term in _terms(selector):
+        k, _, v = term.replace("==", "=").partition("=")
+        field = {"metadata.name": "name", "metadata.namespace": "namespace"}.get(k)
+        if field is None or meta.get(field) != v:
             return False
     return True
 

@@ -89,7 +89,7 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
                 if q.get("watch") in ("true", "1", "True"):
                     watch_objects(cluster, server_stopping, self, key, ns, q)
                 else:
-                    self._send(200, cluster.g_list(key, ns, q.get("labelSelector", "")))
+                    self._send(200, cluster.g_list(key, ns, q.get("labelSelector", ""), q.get("fieldSelector", "")))
                 return True
             if self.command == "GET":
                 g, v, r = key.split("/")

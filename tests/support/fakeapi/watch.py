@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from tests.support.fakeapi.cluster import FakeCluster
-from tests.support.fakeapi.protocol import labels_match, status
+from tests.support.fakeapi.protocol import fields_match, labels_match, status
 
 
 class Stream:
@@ -109,6 +109,7 @@ def watch_objects(
     timeout = float(q.get("timeoutSeconds") or 300)
     bookmarks = q.get("allowWatchBookmarks") in ("true", "True", "1")
     selector = q.get("labelSelector", "")
+    fields = q.get("fieldSelector", "")
     kind, _ = cluster.served[key]
     resource = key.rsplit("/", 1)[-1]
     stream = Stream(handler)
@@ -132,7 +133,8 @@ def watch_objects(
                 current = cluster.rv
             for rv, k, t, obj in pending:
                 sent = rv
-                if k == key and (ns is None or obj["metadata"].get("namespace") == ns) and labels_match(obj, selector):
+                if (k == key and (ns is None or obj["metadata"].get("namespace") == ns) and labels_match(obj, selector)
+                        and fields_match(obj, fields)):
                     stream.send({"type": t, "object": obj})
             if bookmarks and time.monotonic() - last_bookmark >= cluster.bookmark_interval_s:
                 sent = max(sent, current)
