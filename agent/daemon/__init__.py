@@ -238,15 +238,13 @@ def _serve(
         log.info("source", kind="directory", directory=settings.pods)
     else:
         assert node is not None
-        from agent.infra.apiserver import APIServer
+        # one connection per watch: the pod watch, the node's, one per workload and namespace the node's
+        # pods need (agent.daemon.scope), and the writes; a pool smaller than that discards connections
+        from agent.infra.apiserver import APIServer, limit
+        from agent.infra.ratelimit import TokenBucket
         from agent.kube.client import api_client
         from agent.kube.status import APIStatusReporter
         from agent.kube.watch import PodWatcher
-
-        # one connection per watch: the pod watch, the node's, one per workload and namespace the node's
-        # pods need (agent.daemon.scope), and the writes; a pool smaller than that discards connections
-        from agent.infra.apiserver import limit
-        from agent.infra.ratelimit import TokenBucket
 
         api = limit(api_client(settings.kubeconfig, connections=API_CONNECTIONS), TokenBucket(settings.api_qps, settings.api_burst))
         server = APIServer(api)
