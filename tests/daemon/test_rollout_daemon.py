@@ -146,6 +146,11 @@ def test_a_slot_held_by_another_node_makes_this_node_wait(env: Env, config: dict
         daemon.ready()
         wait_for(lambda: "slot" in json.dumps(env.cluster.get(*STS_API, "default", "db")["metadata"].get("annotations", {})), "db-2 waiting for a slot")
         assert _patched(env) == []
+        # waiting reads the workload's pods again when something changed or every ~RECHECK_S, not each
+        # second: on a DaemonSet of N nodes that would be N lists of N pods a second
+        lists = env.cluster.count("GET", "/namespaces/default/pods?")
+        time.sleep(4.0)
+        assert env.cluster.count("GET", "/namespaces/default/pods?") - lists <= 1
         env.cluster.remove(*LEASE_API, "default", "kcg-rollout-statefulset-db-0")  # the other node is done
         wait_for(lambda: len(daemon.logged("rollout.done")) == 2, "both updated once the slot is free")
     assert _patched(env) == ["db-2", "db-1"]

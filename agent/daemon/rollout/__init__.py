@@ -26,6 +26,7 @@ again by the next start (its revision label says whether the patch happened). It
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Mapping
@@ -58,6 +59,11 @@ from agent.rollout.workload import (
 log = get_logger("agent.daemon.rollout")
 
 TICK_S: Final = 1.0
+# A workload behind on this node is read again (its pods: one LIST) when it or this node's pods of it
+# changed, while an update of it is in flight here, or after about RECHECK_S (a slot of a crashed agent
+# expires, a pod elsewhere turned Ready without the workload's status moving): never every tick on
+# every node, which on a DaemonSet of N nodes would be N lists of N pods a second.
+RECHECK_S: Final = 10.0
 
 
 def kept_workload(raw: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -82,6 +88,8 @@ class RolloutComponent:
         self.wake = threading.Event()
         self.statefulsets = ScopedWatches(api, ctx.metrics, "statefulsets", self.wake.set, keep=kept_workload)
         self.daemonsets = ScopedWatches(api, ctx.metrics, "daemonsets", self.wake.set, keep=kept_workload)
+        self._looked: dict[str, tuple[object, float]] = {}  # workload key -> (what it was read at, when)
+        self._versions: dict[str, str] = {}  # workload key -> its resourceVersion as watched
         self.rescope = threading.Event()  # the node's pods changed: which workloads it watches may too
         self.rescope.set()
         ctx.on_pods.append(self._pods_changed)
@@ -138,8 +146,11 @@ class RolloutComponent:
     def workloads(self) -> list[Workload]:
         """The watched workloads that opt in (one whose policy is refused: an Event, once)."""
         out = []
+        self._versions = {}
         for kind, cache in (("StatefulSet", self.statefulsets), ("DaemonSet", self.daemonsets)):
             for raw in cache.values():
+                meta = raw.get("metadata") or {}
+                self._versions[f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name')}"] = str(meta.get("resourceVersion") or "")
                 try:
                     w = parse_workload(kind, raw)
                 except RolloutConfigError as err:
@@ -167,7 +178,19 @@ class RolloutComponent:
             update_hash, update_rev = update
             if not flying and all(p.labels.get(REVISION_LABEL) == update_hash for p in local):
                 continue  # this node's pods are all updated: nothing to read
+            if not flying and not self._due(w, local):
+                continue
             self._pass(w, update_hash, update_rev)
+
+    def _due(self, w: Workload, local: list[Any]) -> bool:
+        """Whether a workload behind here is read again now (RECHECK_S)."""
+        at = (self._versions.get(w.key), tuple(sorted((p.uid, p.labels.get(REVISION_LABEL), p.phase) for p in local)))
+        seen = self._looked.get(w.key)
+        now = time.monotonic()
+        if seen is not None and seen[0] == at and now < seen[1]:
+            return False
+        self._looked[w.key] = (at, now + RECHECK_S * random.uniform(0.5, 1.5))
+        return True
 
     def _pass(self, w: Workload, update_hash: str, update_rev: Mapping[str, Any]) -> None:
         flights = self.updates.flights
