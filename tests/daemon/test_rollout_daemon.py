@@ -262,6 +262,12 @@ def test_a_daemonset_pod_is_updated_in_place_with_its_template_generation(env: E
     assert got["metadata"]["labels"]["pod-template-generation"] == "2"
     assert got["spec"]["containers"][1]["image"] == "proxy:2"
     assert env.cluster.count("DELETE", "/pods/") == 0
+    # its status is on its own pod, not on the DaemonSet (one key a node would outgrow the DaemonSet's
+    # annotations at a few thousand nodes, each write sent to every node watching it)
+    status = wait_for(lambda: json.loads(_pod_by_name(env, "db-x7k2p")["metadata"].get("annotations", {}).get(
+        "kube-cgroup-agent.io/rollout-status", "null")), "the pod's status annotation")
+    assert (status["node"], status["revision"]) == (NODE, "bbb2") and status["state"] in ("updating", "updated")
+    assert not [k for k in (c.get(*DS_API, "default", "db") or {})["metadata"].get("annotations", {}) if "rollout-status" in k]
     assert daemon.terminate() == 0
 
 

@@ -1,5 +1,6 @@
 """What the rollout tells: Events on pods and workloads, and this node's status annotation on each
-workload (`kube-cgroup-agent rollout status` merges every node's).
+StatefulSet (`kube-cgroup-agent rollout status` merges every node's), on each of its own pods of a
+DaemonSet.
 
 Why apart: a rollout is looked at every second, so what it says must be said once — an annotation only
 when its text changed, a complaint about a workload (a bad policy, no readiness gate, an annotation not
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from agent.daemon.components import DaemonContext
@@ -17,6 +19,7 @@ from agent.infra.apiserver import STRATEGIC_MERGE, APIServer, path
 from agent.infra.logging import get_logger
 from agent.kube.errors import wrap
 from agent.kube.status import PodRef
+from agent.rollout.order import WorkloadKind
 from agent.rollout.workload import REVISION_LABEL, STATUS, Workload
 
 log = get_logger("agent.daemon.rollout")
@@ -83,6 +86,9 @@ class Notices:
                 mine[name] = f"waiting: {waiting[name]}"
             elif labels.get(REVISION_LABEL) == update_hash:
                 mine[name] = "updated"
+        if w.kind is WorkloadKind.DAEMON_SET:
+            self._on_pods(w, pods, update_hash, mine)
+            return
         text = json.dumps({"revision": update_hash, "node": self.node, "pods": mine}, sort_keys=True)
         if self.status.get(w.key) == text:
             return
@@ -93,3 +99,25 @@ class Notices:
         except Exception as err:
             problem = str(wrap(f"annotate {w.key}", err))
             self.once(w.key, "status-annotation", lambda: log.warning("rollout.status_not_written", workload=w.key, error=problem))
+
+    def _on_pods(self, w: Workload, pods: Sequence[Mapping[str, Any]], update_hash: str, mine: Mapping[str, str]) -> None:
+        """A DaemonSet's status goes on this node's own pods of it, not on the DaemonSet: a DaemonSet spans
+        every node, and one annotation a node on it would outgrow an object's 256 KiB of annotations at a
+        few thousand nodes, each write sent to every node watching it."""
+        for p in pods:
+            name = str(p["metadata"]["name"])
+            if name not in mine:
+                continue
+            text = json.dumps({"revision": update_hash, "node": self.node, "state": mine[name]}, sort_keys=True)
+            key = f"{w.key}/{name}"
+            if self.status.get(key) == text or ((p.get("metadata") or {}).get("annotations") or {}).get(STATUS) == text:
+                self.status[key] = text
+                continue
+            self.status[key] = text
+            patch = {"metadata": {"annotations": {STATUS: text}}}
+            try:
+                self.api.patch(path("v1", "pods", w.namespace, name), patch, STRATEGIC_MERGE, timeout=(10, 30))
+            except Exception as err:
+                said = partial(log.warning, "rollout.status_not_written", workload=w.key,
+                               error=str(wrap(f"annotate pod {w.namespace}/{name}", err)))
+                self.once(w.key, "status-annotation", said)
