@@ -77,7 +77,7 @@ def measure(a: argparse.Namespace, code_root: Path) -> dict[str, Any]:
         out["timings"] = {k: round(v, 1) for k, v in h.timings.items()}
         out["kubelet_errors"] = (h.kubelets.errors if h.kubelets else [])[:5]
         out["reference_errors"] = (h.reference.errors if h.reference else [])[:5]
-        out["agent_log_tails"] = {n: h.logs_tail(n, 5) for n in sorted(h.agents)[:2]}
+        out["log_warnings"] = h.log_summary()
     finally:
         say("stopping everything the harness started ...")
         h.stop()

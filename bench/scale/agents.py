@@ -50,6 +50,10 @@ class Process:
     def exited(self) -> int | None:
         return self.proc.poll()
 
+    def terminate(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+
     def stop(self) -> None:
         stop_pid(self.pid, 30.0)
         self.proc.wait(timeout=30)

@@ -94,10 +94,15 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
     if last:
         a = last["agents"]
         where = _where_bytes(last)
+        reads = next(iter((quiet.get("agents") or {}).values()), {}).get("reads_since_start") or {}
+        if reads:
+            where += "; what one agent lists, watches and gets from its start: " + ", ".join(f"{k} {v}" for k, v in reads.items())
         goal(f"RSS growth per agent, objects ×{last['factor']} and churn", _max(a, "rss_growth_mib"), 2.0, "MiB", where)
         goal("share of the churn's bytes each agent receives", _max(a, "share"), 0.01, "", where)
+        settled = last["churn"]["settled_after_s"]
         goal("CPU per 10,000 changes elsewhere", _max(a, "cpu_per_10k_s"), 0.2, "s",
-             where + f"; the agents settled {last['churn']['settled_after_s']} s after the churn (None: still busy)")
+             where + ("; the agents were still busy when the settle time ended (the CPU is a floor)" if settled is None
+                      else f"; the agents were quiet again {settled:.0f} s after the churn began"))
     by = {}
     for row in (quiet.get("agents") or {}).values():
         for k, v in row.get("by", {}).items():

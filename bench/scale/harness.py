@@ -13,14 +13,14 @@ from typing import Any
 
 from bench.scale import metrics
 from bench.scale.agents import Process, start_agent, start_keeper, wait_ready
-from bench.scale.api import Client, Credentials, in_parallel
+from bench.scale.api import MERGE, Client, Credentials, in_parallel
 from bench.scale.audit import AuditTail
 from bench.scale.churn import Churn, Cluster, Counts, now_iso
 from bench.scale.cluster import Loader, install
 from bench.scale.controlplane import HOME, ControlPlane, taken
 from bench.scale.kubelets import Kubelets
 from bench.scale.nodes import SimNode, converge_tree, token, write_files, write_kubeconfig
-from bench.scale.objects import AGENT_NS, namespace, node
+from bench.scale.objects import AGENT_NS, namespace, node, own_recommendation
 from bench.scale.proxy import Proxy
 from bench.scale.reference import ReferenceWatcher
 from bench.scale.scenario import SHARED_NS, Base, elsewhere_nodes, own, shared_daemonset
@@ -98,6 +98,9 @@ class Harness:
             o = own(s.name, s.index)
             self.owns[s.name] = o
             self.loader.objects([namespace(o.namespace, "own"), *o.objects])
+            for name, containers in o.vpas:  # the upstream recommender's, at the pods' requests
+                self.client.call("PATCH", f"/apis/autoscaling.k8s.io/v1/namespaces/{o.namespace}/verticalpodautoscalers/{name}/status",
+                                 own_recommendation(containers, 200), MERGE)
             pods = self.loader.pods(o.pods, started, first_ip=s.index * 256)
             write_files(s, self.shipped)
             converge_tree(s, self.node_objs[s.name], pods)
@@ -160,10 +163,11 @@ class Harness:
 
     def stop(self) -> None:
         """Everything the harness started, by PID, and its state directory."""
-        for p in self.agents.values():
+        procs = [*self.agents.values(), *([self.keeper] if self.keeper is not None else [])]
+        for p in procs:  # all told at once, then each waited for
+            p.terminate()
+        for p in procs:
             p.stop()
-        if self.keeper is not None:
-            self.keeper.stop()
         if self.kubelets is not None:
             self.kubelets.stop.set()
             self.kubelets.join(10)
@@ -177,8 +181,20 @@ class Harness:
         if HOME.exists():
             shutil.rmtree(HOME)
 
-    def logs_tail(self, name: str, n: int = 20) -> list[str]:
-        p = self.agents.get(name)
-        if p is None or not Path(p.log).exists():
-            return []
-        return p.log.read_text(errors="replace").splitlines()[-n:]
+    def log_summary(self) -> dict[str, dict[str, int]]:
+        """Each process's log lines above info, counted by level and event (the agents log JSON lines)."""
+        import json
+
+        out: dict[str, dict[str, int]] = {}
+        for p in [*self.agents.values(), *([self.keeper] if self.keeper else [])]:
+            counts: dict[str, int] = {}
+            for line in p.log.read_text(errors="replace").splitlines():
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(e, dict) and e.get("level") not in (None, "info", "debug"):
+                    key = f"{e.get('level')} {e.get('event')}"
+                    counts[key] = counts.get(key, 0) + 1
+            out[p.name] = counts
+        return out

@@ -261,3 +261,15 @@ def limitrange(ns: str, kind: str, max_cpu: str = "4") -> dict[str, Any]:
 
 def containers_of(tmpl: dict[str, Any]) -> tuple[str, ...]:
     return tuple(c["name"] for c in tmpl["spec"]["containers"])
+
+
+def own_recommendation(containers: tuple[str, ...], app_cpu_milli: int) -> dict[str, Any]:
+    """A recommendation for an agent node's own VPA: the app container's CPU at `app_cpu_milli` (200 is
+    its request: nothing to do), every other container at its request; bounds ±20/30 % of the target."""
+    recs = []
+    for c in containers:
+        cpu, mem = (app_cpu_milli, 256) if c == "app" else (50, 64)
+        recs.append({"containerName": c, "target": {"cpu": f"{cpu}m", "memory": f"{mem}Mi"},
+                     "lowerBound": {"cpu": f"{cpu * 8 // 10}m", "memory": f"{mem * 8 // 10}Mi"},
+                     "upperBound": {"cpu": f"{cpu * 13 // 10}m", "memory": f"{mem * 13 // 10}Mi"}})
+    return {"status": {"recommendation": {"containerRecommendations": recs}}}

@@ -21,6 +21,7 @@ from bench.scale import metrics
 from bench.scale.audit import WRITES, tally
 from bench.scale.churn import Recommender, now_iso
 from bench.scale.harness import Harness, Snapshot, say
+from bench.scale.objects import own_recommendation
 from bench.scale.scenario import elsewhere, own_ns
 
 MIB = 1 << 20
@@ -82,8 +83,9 @@ def quiet(h: Harness, seconds: float) -> dict[str, Any]:
     agents: dict[str, Any] = {}
     for n, row in per_agent(a, b, sorted(h.agents)).items():
         recs = h.audit.records(a.at, b.at, f"agent:{n}")
+        since_start = [r for r in h.audit.records(0.0, b.at, f"agent:{n}") if r.verb in ("list", "watch", "get")]
         agents[n] = {**row, "requests": len(recs), "per_min": round(len(recs) * 60 / dt, 2), "by": tally(recs),
-                     "idle_cpu_share": round(row["cpu_s"] / dt, 4)}
+                     "idle_cpu_share": round(row["cpu_s"] / dt, 4), "reads_since_start": tally(since_start)}
     others = h.audit.records(a.at, b.at, "other:")
     keeper = h.audit.records(a.at, b.at, "keeper")
     users: dict[str, int] = {}
@@ -161,13 +163,7 @@ def probe(h: Harness, node: str, vpa: str, containers: tuple[str, ...], k: int, 
     request's bounds); the seconds until that node's agent PATCHed pods/resize."""
     assert h.audit is not None
     cpu = 500 if k % 2 == 0 else 250
-    recs = []
-    for c in containers:
-        t_cpu, t_mem = (cpu, 256) if c == "app" else (50, 64)
-        recs.append({"containerName": c, "target": {"cpu": f"{t_cpu}m", "memory": f"{t_mem}Mi"},
-                     "lowerBound": {"cpu": f"{t_cpu * 8 // 10}m", "memory": f"{t_mem * 8 // 10}Mi"},
-                     "upperBound": {"cpu": f"{t_cpu * 13 // 10}m", "memory": f"{t_mem * 13 // 10}Mi"}})
-    body = {"status": {"recommendation": {"containerRecommendations": recs}}}
+    body = own_recommendation(containers, cpu)
     url = f"/apis/autoscaling.k8s.io/v1/namespaces/{own_ns(node)}/verticalpodautoscalers/{vpa}/status"
     t0 = time.time()
     h.client.call("PATCH", url, body, "application/merge-patch+json")

@@ -146,9 +146,9 @@ def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list
         p99 = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in api["p99_s"].items() if not k.startswith(("WATCH", "CONNECT")))
         lat = [p["latency_s"] for p in s["latency"]]
         rows.append([str(s["n"]), f"{api['requests_per_s']}", f"{api['watch_events_per_s']}",
-                     f"{sum(api['watchers_by_kind'].values())}", p99 or "—",
+                     ", ".join(f"{k} {v}" for k, v in list(api["watchers_by_kind"].items())[:3]), p99 or "—",
                      ", ".join("none in 30 s" if v is None else f"{v:.2f} s" for v in lat)])
-    lines += _table(rows, ["agents", "requests/s", "watch events/s", "watchers", "p99 by verb", "own VPA -> pods/resize"])
+    lines += _table(rows, ["agents", "requests/s", "watch events/s", "watchers (most)", "p99 by verb", "own VPA -> pods/resize"])
     ex = data.get("extrapolation") or {}
     lines += ["", f"Extrapolated to {ex.get('nodes', 5000):,} nodes × 110 pods and {ex.get('vpas', 10000):,} VPAs "
               f"({ex.get('objects_elsewhere', 0):,} objects elsewhere at the harness's mix; changes elsewhere at their floor, "

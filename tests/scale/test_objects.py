@@ -77,3 +77,18 @@ def test_a_node_is_registered_as_kubelet_v136_with_its_hostname_label() -> None:
     assert {c["type"]: c["status"] for c in n["status"]["conditions"]}["Ready"] == "True"
     assert objects.qos_class([{"resources": {}}]) == "BestEffort"
     assert objects.qos_class([{"resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]) == "Guaranteed"
+
+
+def test_an_own_vpas_first_recommendation_holds_the_request_and_a_probes_leaves_it() -> None:
+    def bounds(rec: dict[str, object], c: str) -> tuple[int, int]:
+        r = next(x for x in rec["status"]["recommendation"]["containerRecommendations"] if x["containerName"] == c)  # type: ignore[index]
+        return int(r["lowerBound"]["cpu"][:-1]), int(r["upperBound"]["cpu"][:-1])
+
+    request = int(objects.OWN_RESOURCES["requests"]["cpu"][:-1])
+    low, high = bounds(objects.own_recommendation(("app", "proxy"), request), "app")
+    assert low <= request <= high
+    low, high = bounds(objects.own_recommendation(("app", "proxy"), 500), "app")
+    assert not low <= request <= high
+    assert bounds(objects.own_recommendation(("app", "proxy"), 500), "proxy") == (40, 65)  # the sidecar's 50m stays in
+    low, high = bounds(objects.own_recommendation(("app",), 250), "app")
+    assert not low <= 500 <= high  # the next probe moves it back
