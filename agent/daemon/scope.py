@@ -116,13 +116,12 @@ class ScopedWatches:
                 if key in self._retiring:
                     ended.append(self._retiring.pop(key))
             for key in replaced:
+                # the old one serves until its successor has listed, even one whose own first list is
+                # landing right now (its objects may already be visible); one older still is no longer needed
                 old = self._running.pop(key)
-                if old.cache.listed.is_set():
-                    if key in self._retiring:
-                        ended.append(self._retiring.pop(key))
-                    self._retiring[key] = old
-                else:
-                    ended.append(old)  # never listed: nothing to serve meanwhile
+                if key in self._retiring:
+                    ended.append(self._retiring.pop(key))
+                self._retiring[key] = old
             for key in (*replaced, *fresh):
                 self._running[key] = self._start(key, specs[key])
         for r in ended:
