@@ -162,9 +162,13 @@ class VPAComponent:
         pods = self.ctx.pods()
         before = self.owner_links.owners()
         wanted = node_selector(pods, self.owner_links)
-        if self.owner_links.owners() != before:
-            self.source.owners = self.owner_links.owners()
-            self.ctx.refresh(None)
+        after = self.owner_links.owners()
+        if after != before:  # the pods whose chain now reaches further (or less far) are decided again
+            self.source.owners = after
+            moved = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+            uids = [p.uid for p in pods if any((p.namespace, *link) in moved for link in owner_chain(p.namespace, p.owner, {**before, **after}))]
+            if uids:
+                self.ctx.refresh(uids)
         specs = {"node": WatchSpec(path(f"{GROUP}/{VERSION}", PLURAL), label_selector=wanted)} if wanted else {}
         return self.vpas.want(specs)
 
