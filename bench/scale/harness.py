@@ -181,13 +181,13 @@ class Harness:
         if HOME.exists():
             shutil.rmtree(HOME)
 
-    def log_summary(self) -> dict[str, dict[str, int]]:
+    def log_summary(self) -> dict[str, dict[str, Any]]:
         """Each process's log lines above info, counted by level and event (the agents log JSON lines)."""
         import json
 
-        out: dict[str, dict[str, int]] = {}
+        out: dict[str, dict[str, Any]] = {}
         for p in [*self.agents.values(), *([self.keeper] if self.keeper else [])]:
-            counts: dict[str, int] = {}
+            counts: dict[str, Any] = {}
             for line in p.log.read_text(errors="replace").splitlines():
                 try:
                     e = json.loads(line)
@@ -195,6 +195,8 @@ class Harness:
                     continue
                 if isinstance(e, dict) and e.get("level") not in (None, "info", "debug"):
                     key = f"{e.get('level')} {e.get('event')}"
-                    counts[key] = counts.get(key, 0) + 1
+                    if key not in counts:
+                        counts[key] = {"count": 0, "first": str(e.get("error") or e.get("message") or "")[:300]}
+                    counts[key]["count"] += 1
             out[p.name] = counts
         return out
