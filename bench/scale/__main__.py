@@ -73,6 +73,7 @@ def measure(a: argparse.Namespace, code_root: Path) -> dict[str, Any]:
         for n in a.agents:
             last = n == a.agents[-1]
             out["agents"].append(phases.agents_step(h, n, a.window_s, a.rate / 2, a.probes, a.settle_s, probed, last))
+        out["steady"] = h.steady()
         out["storage"] = storage.measure(h)
         out["timings"] = {k: round(v, 1) for k, v in h.timings.items()}
         out["kubelet_errors"] = (h.kubelets.errors if h.kubelets else [])[:5]

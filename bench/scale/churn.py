@@ -124,7 +124,8 @@ class Churn:
 
     def _replace_pod(self, i: int, k: int) -> None:
         p = self.cluster.pods[i]
-        self.client.delete(p)
+        # gone at once, as the kubelet confirms a pod's end (else the name stays taken for its grace period)
+        self.client.call("DELETE", url_of(p) + "?gracePeriodSeconds=0", ok=(404,))
         body = {"apiVersion": "v1", "kind": "Pod", "spec": p["spec"],
                 "metadata": {key: p["metadata"][key] for key in ("name", "namespace", "labels", "annotations", "ownerReferences")
                              if key in p["metadata"]}}

@@ -72,8 +72,18 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
     x_scale = fit.objects_at_scale(base_objects, base.get("vpas", 0))
     quiet = data.get("quiet") or {}
     steady = (quiet.get("per_agent_per_min") or {}).get("max")
+    over_run = [r["reads_per_min"] + r["other_writes_per_min"] for r in (data.get("steady") or {}).values()]
+    if over_run and steady is not None:  # the quiet window can be shorter than a watch's reconnect period
+        steady = max(steady, max(over_run))
     last = (data.get("elsewhere") or [None])[-1]
-    share = _median(last["agents"], "share") if last else None
+    share = None
+    per_change = "events"
+    if last:  # the watch events an agent received per change elsewhere (counted by its proxy), else the bytes
+        share = _median(last["agents"], "events_per_change")
+        if share is None:  # a run before the proxy counted events: what the churn added to its bytes
+            per_change = "bytes"
+            share = _median(last["agents"], "share_marginal")
+            share = _median(last["agents"], "share") if share is None else share
     ag = fit.agents(share or 0.0, steady or 0.0)
     kub = fit.kubelets()
     extrap = {
@@ -107,11 +117,19 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
     for row in (quiet.get("agents") or {}).values():
         for k, v in row.get("by", {}).items():
             by[k] = by.get(k, 0) + v
+    reads: dict[str, int] = {}
+    for row in (data.get("steady") or {}).values():
+        for k, v in row.get("reads", {}).items():
+            reads[k] = reads.get(k, 0) + v
     goal("steady requests per agent, quiet cluster", steady, 6.0, "/min",
-         "requests in the quiet window, all agents: " + ", ".join(f"{k} {v}" for k, v in list(by.items())[:6]))
+         "requests in the quiet window, all agents: " + ", ".join(f"{k} {v}" for k, v in list(by.items())[:6])
+         + ("; reads over the run, all agents: " + ", ".join(f"{k} {v}" for k, v in list(reads.items())[:6]) if reads else ""))
     goal("agents' writes and watch events at 5,000 nodes, over the kubelets'", extrap["agents_over_kubelets"], 0.10, "",
-         f"all agents {ag.total:.0f}/s ({ag.watch_events_per_s:.0f} watch events: every agent receives {100 * (share or 0):.0f} % "
-         f"of {fit.cluster_changes_per_s():.0f} changes/s) against the kubelets' {kub.total:.0f}/s")
+         f"all agents {ag.total:.0f}/s ({ag.watch_events_per_s:.0f} watch events: "
+         + (f"each agent received {share or 0:.3g} change events per change elsewhere" if per_change == "events" else
+            f"every agent's bytes grow by {100 * (share or 0):.3g} % of what the churn served, counted as that share")
+         + f" of {fit.cluster_changes_per_s():.0f} changes/s; {ag.writes_per_s:.0f} requests: {steady}/min each) "
+         f"against the kubelets' {kub.total:.0f}/s")
     worst: dict[str, float] = {}
     for step in data.get("agents", []):
         for vs, q in step["api"]["p99_s"].items():

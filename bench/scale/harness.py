@@ -14,7 +14,7 @@ from typing import Any
 from bench.scale import metrics
 from bench.scale.agents import Process, start_agent, start_keeper, wait_ready
 from bench.scale.api import MERGE, Client, Credentials, in_parallel
-from bench.scale.audit import AuditTail
+from bench.scale.audit import AuditTail, tally
 from bench.scale.churn import Churn, Cluster, Counts, now_iso
 from bench.scale.cluster import Loader, install
 from bench.scale.controlplane import HOME, ControlPlane, taken
@@ -41,6 +41,7 @@ class Snapshot:
     api: metrics.Samples
     changes: int
     pods: int
+    events: dict[str, dict[str, int]] = field(default_factory=dict)  # proxy name -> {"MODIFIED Pod": n}
 
 
 @dataclass
@@ -62,6 +63,25 @@ class Harness:
 
     def __post_init__(self) -> None:
         self.counts = Counts()
+        self.started: dict[str, float] = {}  # agent -> when it was first ready
+
+    def steady(self, after_s: float = 60.0) -> dict[str, Any]:
+        """Each agent's reads a minute from `after_s` past its start to now (its watches' reconnects
+        included, whatever happened around it), and its writes apart from those a VPA change made it send."""
+        assert self.audit is not None
+        now = time.time()
+        out: dict[str, Any] = {}
+        for name, t0 in sorted(self.started.items()):
+            if name == "keeper" or now - t0 - after_s < 60:
+                continue
+            recs = self.audit.records(t0 + after_s, now, f"agent:{name}")
+            reads = [r for r in recs if r.verb in ("get", "list", "watch")]
+            own = [r for r in recs if r.verb not in ("get", "list", "watch")
+                   and r.resource not in ("pods/resize", "pods", "pods/status", "events")]
+            minutes = (now - t0 - after_s) / 60
+            out[name] = {"window_s": round(minutes * 60), "reads_per_min": round(len(reads) / minutes, 2),
+                         "other_writes_per_min": round(len(own) / minutes, 2), "reads": tally(reads)}
+        return out
 
     # ---- setup ----
 
@@ -109,7 +129,7 @@ class Harness:
                              token(self.client, "kube-cgroup-agent", agent_pod))
         self.timings["nodes_s"] = time.monotonic() - t1
         names = {"keeper": PROXY_BASE - 2, "reference": PROXY_BASE - 1, **{s.name: s.proxy_port for s in self.sims}}
-        self.proxy = Proxy(self.cp.ports.api, names, self.cp.state / "logs" / "proxy.log")
+        self.proxy = Proxy(self.cp.ports.api, self.cp.pki, names, {"reference"}, self.cp.state / "logs" / "proxy.log")
         self.kubelets = Kubelets(self.client, [s.name for s in self.sims] + self.other_nodes, self.audit)
         self.kubelets.start()
         creds = self.cp.credentials()
@@ -128,6 +148,8 @@ class Harness:
             self.agents[p.name] = p
         waiting = [*new] + ([self.keeper] if self.keeper is not None and "keeper_ready_s" not in self.timings else [])
         took = wait_ready(waiting, 600.0)
+        for name in took:
+            self.started.setdefault(name, time.time())
         if "keeper" in took:
             self.timings["keeper_ready_s"] = took.pop("keeper")
         return took
@@ -139,8 +161,10 @@ class Harness:
         usage = {n: u for n, p in self.agents.items() if (u := p.usage()) is not None}
         if self.keeper is not None and (k := self.keeper.usage()) is not None:
             usage["keeper"] = k
-        return Snapshot(time.time(), usage, self.proxy.snapshot(), metrics.parse(self.client.text("/metrics")),
-                        self.counts.changes, self.counts.pods)
+        counted = self.proxy.snapshot()
+        return Snapshot(time.time(), usage, {n: (v["up"], v["down"]) for n, v in counted.items()},
+                        metrics.parse(self.client.text("/metrics")), self.counts.changes, self.counts.pods,
+                        {n: v["events"] for n, v in counted.items()})
 
     def settle(self, timeout_s: float, busy_share: float = 0.03, window_s: float = 5.0) -> float | None:
         """Wait until every agent uses less than `busy_share` of a core over `window_s`; the seconds it took,

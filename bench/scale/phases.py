@@ -63,12 +63,24 @@ def api_window(a: Snapshot, b: Snapshot) -> dict[str, Any]:
     }
 
 
-def per_agent(a: Snapshot, b: Snapshot, names: list[str]) -> dict[str, dict[str, float]]:
-    out = {}
+def events(a: Snapshot, b: Snapshot, name: str) -> dict[str, int]:
+    """The watch events the proxy saw the API server send to `name` between two snapshots, by type and kind."""
+    before = a.events.get(name, {})
+    return {k: v - before.get(k, 0) for k, v in sorted(b.events.get(name, {}).items()) if v - before.get(k, 0)}
+
+
+def change_events(ev: dict[str, int]) -> int:
+    return sum(v for k, v in ev.items() if not k.startswith(("BOOKMARK", "ERROR")))
+
+
+def per_agent(a: Snapshot, b: Snapshot, names: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for n in names:
         if n in a.usage and n in b.usage and n in a.bytes:
+            ev = events(a, b, n)
             out[n] = {"bytes_down": b.bytes[n][1] - a.bytes[n][1], "bytes_up": b.bytes[n][0] - a.bytes[n][0],
-                      "cpu_s": round(b.usage[n].cpu_s - a.usage[n].cpu_s, 2), "rss_mib": round(b.usage[n].rss_bytes / MIB, 1)}
+                      "cpu_s": round(b.usage[n].cpu_s - a.usage[n].cpu_s, 2), "rss_mib": round(b.usage[n].rss_bytes / MIB, 1),
+                      "events": ev, "change_events": change_events(ev)}
     return out
 
 
@@ -137,10 +149,17 @@ def elsewhere_step(h: Harness, factor: int, previous: int, rate: float, settle_s
     served = d.bytes["reference"][1] - c.bytes["reference"][1]
     dt = d.at - c.at
     agents = {}
+    assert h.audit is not None
     for n, row in per_agent(c, d, names).items():
-        idle = baseline["agents"].get(n, {}).get("idle_cpu_share", 0.0)
+        base = baseline["agents"].get(n, {})
+        idle = base.get("idle_cpu_share", 0.0)
         cpu = max(0.0, row["cpu_s"] - idle * dt)
-        agents[n] = {**row, "share": round(row["bytes_down"] / served, 4) if served else None,
+        idle_bytes = base.get("bytes_down", 0) / max(1e-9, baseline["window_s"]) * dt  # bookmarks, reconnects
+        marginal = max(0.0, row["bytes_down"] - idle_bytes)
+        agents[n] = {**row, "share": round(row["bytes_down"] / served, 6) if served else None,
+                     "share_marginal": round(marginal / served, 6) if served else None,
+                     "events_per_change": round(row["change_events"] / changes, 6) if changes else None,
+                     "requests": tally(h.audit.records(c.at, d.at, f"agent:{n}")),
                      "cpu_churn_s": round(cpu, 2), "cpu_per_10k_s": round(cpu / changes * 1e4, 2) if changes else None,
                      "rss_growth_mib": round(row["rss_mib"] - baseline["agents"].get(n, {}).get("rss_mib", row["rss_mib"]), 1),
                      "load_bytes_down": b.bytes[n][1] - a.bytes[n][1] if n in a.bytes else None}
@@ -215,6 +234,9 @@ def agents_step(h: Harness, n: int, window_s: float, rate: float, probes: int, s
         "n": n, "ready_s": {k2: round(v, 1) for k2, v in ready.items()}, "settled_before_s": start_settled,
         "changes": b.changes - a.changes, "recommender_rounds": rec.rounds,
         "agents_bytes_down": sum(r["bytes_down"] for r in rows.values()),
+        "agents_change_events": sum(r["change_events"] for r in rows.values()),
+        "agents_events": {k: sum(r["events"].get(k, 0) for r in rows.values())
+                          for k in sorted({k for r in rows.values() for k in r["events"]})},
         "agents_cpu_s": round(sum(r["cpu_s"] for r in rows.values()), 1),
         "agents_rss_mib": {"median": statistics.median(r["rss_mib"] for r in rows.values()),
                            "max": max(r["rss_mib"] for r in rows.values())} if rows else {},

@@ -1,10 +1,17 @@
-"""The byte counter between each agent and the API server: a TCP pass-through (the TLS session is the
-agent's own with the API server, so nothing is decrypted or changed), one listening port per agent,
-counting the bytes each way. Exact: every byte the agent received from the API server went through it.
+"""The counter between each agent and the API server, one listening port per agent, counting the bytes
+each way and the watch events the API server sent, by type and kind. Exact: everything the agent received
+from the API server went through it.
 
-A process of its own (`python -m bench.scale.proxy UPSTREAM_PORT NAME=PORT...`), so that the harness's
-own work never delays an agent's traffic. Each line on stdin is answered with one JSON line on stdout:
-{NAME: [bytes to the API server, bytes from it], ...}; EOF stops it.
+An agent's port ends its TLS there (with the API server's own serving certificate, which the agent's
+kubeconfig trusts) and opens its own to the API server: the agent authenticates with its bearer token in
+the request, which passes through unchanged, and the proxy sees the HTTP it forwards, so it can count the
+watch events (`{"type":"MODIFIED","object":{"kind":"ReplicaSet"...`) and tell a change from a bookmark.
+A port named with `:raw` is a plain TCP pass-through (the reference watcher, whose client certificate
+must reach the API server itself): bytes only.
+
+A process of its own (`python -m bench.scale.proxy UPSTREAM_PORT CERTDIR NAME=PORT[:raw]...`), so that the
+harness's work never delays an agent's traffic. Each line on stdin is answered with one JSON line on
+stdout: {NAME: {"up": bytes, "down": bytes, "events": {"MODIFIED ReplicaSet": n, ...}}}; EOF stops it.
 """
 
 from __future__ import annotations
@@ -12,52 +19,99 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
+import ssl
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 CHUNK = 1 << 16
+EVENT = re.compile(rb'\{"type":"(ADDED|MODIFIED|DELETED|BOOKMARK|ERROR)","object":\{"kind":"([A-Za-z]*)"')
+CARRY = 160  # bytes kept between reads, so that an event's head split over two reads is still seen
 
 
 class Counter:
     def __init__(self) -> None:
         self.up = 0
         self.down = 0
+        self.events: dict[str, int] = {}
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"up": self.up, "down": self.down, "events": dict(self.events)}
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, count: Counter, up: bool) -> None:
+class EventScanner:
+    """Counts watch events' heads in a byte stream read in pieces (pure)."""
+
+    def __init__(self, into: dict[str, int]) -> None:
+        self.into = into
+        self.carry = b""
+
+    def feed(self, data: bytes) -> None:
+        buf = self.carry + data
+        end = 0
+        for m in EVENT.finditer(buf):
+            key = f"{m.group(1).decode()} {m.group(2).decode()}"
+            self.into[key] = self.into.get(key, 0) + 1
+            end = m.end()
+        self.carry = buf[max(end, len(buf) - CARRY):]
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, add: Callable[[bytes], None]) -> None:
     try:
         while data := await reader.read(CHUNK):
-            if up:
-                count.up += len(data)
-            else:
-                count.down += len(data)
+            add(data)
             writer.write(data)
             await writer.drain()
-    except (ConnectionError, OSError):
+    except (ConnectionError, OSError, ssl.SSLError):
         pass
     finally:
-        with contextlib.suppress(ConnectionError, OSError):
+        with contextlib.suppress(ConnectionError, OSError, ssl.SSLError, RuntimeError):
             writer.close()
 
 
-async def _serve(upstream: int, names: dict[str, int], counters: dict[str, Counter]) -> None:
-    servers = []
-    for name, port in names.items():
-        def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, c: Counter = counters[name]) -> Any:
-            return _connect(r, w, c, upstream)
+async def _connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, count: Counter, upstream: int,
+                   client_tls: ssl.SSLContext | None) -> None:
+    try:
+        up_r, up_w = await asyncio.open_connection(
+            "127.0.0.1", upstream, ssl=client_tls, server_hostname="127.0.0.1" if client_tls else None)
+    except (OSError, ssl.SSLError):
+        writer.close()
+        return
+    scanner = EventScanner(count.events)
 
-        servers.append(await asyncio.start_server(handler, "127.0.0.1", port, reuse_address=True))
+    def up(data: bytes) -> None:
+        count.up += len(data)
+
+    def down(data: bytes) -> None:
+        count.down += len(data)
+        if client_tls is not None:
+            scanner.feed(data)
+
+    await asyncio.gather(_pipe(reader, up_w, up), _pipe(up_r, writer, down))
+
+
+async def _serve(upstream: int, certs: Path, names: dict[str, tuple[int, bool]], counters: dict[str, Counter]) -> None:
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(str(certs / "apiserver.crt"), str(certs / "apiserver.key"))
+    client_tls = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    servers = []
+    for name, (port, raw) in names.items():
+        def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, c: Counter = counters[name], raw: bool = raw) -> Any:
+            return _connect(r, w, c, upstream, None if raw else client_tls)
+
+        servers.append(await asyncio.start_server(handler, "127.0.0.1", port, reuse_address=True,
+                                                  ssl=None if raw else server_tls))
     print(json.dumps({"listening": sorted(names)}), flush=True)
     loop = asyncio.get_running_loop()
     done = loop.create_future()
 
     def stdin() -> None:
         for _line in sys.stdin:
-            snap = {n: [c.up, c.down] for n, c in counters.items()}
-            sys.stdout.write(json.dumps(snap) + "\n")
+            sys.stdout.write(json.dumps({n: c.snapshot() for n, c in counters.items()}) + "\n")
             sys.stdout.flush()
         loop.call_soon_threadsafe(done.set_result, None)
 
@@ -67,34 +121,34 @@ async def _serve(upstream: int, names: dict[str, int], counters: dict[str, Count
         s.close()
 
 
-async def _connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, count: Counter, upstream: int) -> None:
-    try:
-        up_r, up_w = await asyncio.open_connection("127.0.0.1", upstream)
-    except OSError:
-        writer.close()
-        return
-    await asyncio.gather(_pipe(reader, up_w, count, True), _pipe(up_r, writer, count, False))
+def parse_names(args: list[str]) -> dict[str, tuple[int, bool]]:
+    out = {}
+    for a in args:
+        name, _, rest = a.partition("=")
+        port, _, flag = rest.partition(":")
+        out[name] = (int(port), flag == "raw")
+    return out
 
 
 def main(argv: list[str]) -> int:
-    upstream = int(argv[0])
-    names = {a.split("=", 1)[0]: int(a.split("=", 1)[1]) for a in argv[1:]}
-    asyncio.run(_serve(upstream, names, {n: Counter() for n in names}))
+    names = parse_names(argv[2:])
+    asyncio.run(_serve(int(argv[0]), Path(argv[1]), names, {n: Counter() for n in names}))
     return 0
 
 
 class Proxy:
     """The proxy process, seen from the harness."""
 
-    def __init__(self, upstream: int, names: dict[str, int], log: Path) -> None:
+    def __init__(self, upstream: int, certs: Path, names: dict[str, int], raw: set[str], log: Path) -> None:
         self.names = names
+        args = [f"{n}={p}" + (":raw" if n in raw else "") for n, p in names.items()]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.scale.proxy", str(upstream), *(f"{n}={p}" for n, p in names.items())],
+            [sys.executable, "-m", "bench.scale.proxy", str(upstream), str(certs), *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("wb"), text=True,
             cwd=Path(__file__).resolve().parents[2], start_new_session=True)
         first = self._out.readline()
         if not first:
-            raise RuntimeError(f"the byte-counting proxy did not start; see {log}")
+            raise RuntimeError(f"the counting proxy did not start; see {log}")
         self._lock = threading.Lock()
 
     @property
@@ -102,13 +156,14 @@ class Proxy:
         assert self.proc.stdout is not None
         return self.proc.stdout
 
-    def snapshot(self) -> dict[str, tuple[int, int]]:
+    def snapshot(self) -> dict[str, dict[str, Any]]:
         assert self.proc.stdin is not None
         with self._lock:
             self.proc.stdin.write("\n")
             self.proc.stdin.flush()
             line = self._out.readline()
-        return {n: (v[0], v[1]) for n, v in json.loads(line).items()}
+        out: dict[str, dict[str, Any]] = json.loads(line)
+        return out
 
     def stop(self) -> None:
         if self.proc.stdin is not None:

@@ -12,12 +12,17 @@ MIB = 1 << 20
 analyse = goals.analyse
 
 
+def pct(share: float) -> str:
+    """A share as a percentage, small ones with their first digits."""
+    return f"{100 * share:.1f} %" if share >= 0.01 or share == 0 else f"{100 * share:.2g} %"
+
+
 def _v(g: dict[str, Any]) -> str:
     v = g["value"]
     if v is None:
         return "not measured"
     if g["unit"] == "":
-        return f"{100 * v:.1f} %"
+        return pct(v)
     return f"{v:g} {g['unit']}"
 
 
@@ -89,7 +94,7 @@ def _headline(d: dict[str, Any]) -> dict[str, str]:
     q = (d.get("quiet") or {}).get("per_agent_per_min") or {}
     return {
         "run": f"{d.get('commit', '?')} ({d.get('mode', '?')}, ×{last.get('factor', '?')}, {(d.get('agents') or [{}])[-1].get('n', '?')} agents)",
-        "share": "—" if share is None else f"{100 * share:.1f} %",
+        "share": "—" if share is None else pct(share),
         "cpu": "—" if cpu is None else f"{cpu:g} s",
         "rss": "—" if rss is None else f"{rss:+g} MiB",
         "steady": f"{q.get('max', '—')}/min",
@@ -133,7 +138,7 @@ def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list
         mid = {k: (v[len(v) // 2] if v else None) for k, v in med.items()}
         rows.append([f"×{s['factor']}", f"{s['objects_total']:,}", f"{s['churn']['changes']:,}",
                      f"{s['churn']['served_bytes'] / MIB:.1f} MiB",
-                     "—" if mid["share"] is None else f"{100 * mid['share']:.1f} %",
+                     "—" if mid["share"] is None else pct(mid["share"]),
                      f"{mid['cpu_per_10k_s']}", f"{mid['rss_mib']} MiB (+{mid['rss_growth_mib']})",
                      "still busy" if s["churn"]["settled_after_s"] is None else f"{s['churn']['settled_after_s']:.0f} s"])
     lines += _table(rows, ["factor", "objects elsewhere", "changes", "served (one watcher of all)", "an agent received",

@@ -84,5 +84,22 @@ def test_the_report_prints_each_goal_and_the_section_compares_with_before() -> N
     section = "\n".join(report.markdown(after, before))
     assert section.startswith("## 12. At scale")
     assert "| abc1234 (full, ×16, 16 agents) | 90.0 % |" in section
-    assert "| def5678 (full, ×16, 16 agents) | 0.0 % |" in section
+    assert "| def5678 (full, ×16, 16 agents) | 0.005 % |" in section
     assert "Before and after" not in "\n".join(report.markdown(after, after))
+
+
+def test_the_run_long_read_rate_counts_when_the_quiet_window_saw_no_reconnect() -> None:
+    data = run(share=0.00005, cpu=0.1, rss=1.0, steady=0.0, latency=0.3)
+    data["steady"] = {"sim-000": {"reads_per_min": 7.5, "other_writes_per_min": 0.5, "reads": {"watch pods": 60}}}
+    g = next(g for g in goals.analyse(data)["goals"] if g["goal"].startswith("steady"))
+    assert g["value"] == 8.0 and not g["met"]
+    assert "watch pods 60" in g["where"]
+
+
+def test_the_model_takes_what_the_churn_added_to_an_agents_bytes() -> None:
+    data = run(share=0.01, cpu=0.1, rss=1.0, steady=0.0, latency=0.3)
+    for a in data["elsewhere"][-1]["agents"].values():
+        a["share_marginal"] = 0.0
+    out = goals.analyse(data)
+    assert out["extrapolation"]["agents"]["watch_events_per_s"] == 0.0
+    assert next(g for g in out["goals"] if g["goal"].startswith("agents'"))["met"]
