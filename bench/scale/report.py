@@ -92,12 +92,13 @@ def _headline(d: dict[str, Any]) -> dict[str, str]:
     share, cpu, rss = med("share"), med("cpu_per_10k_s"), med("rss_growth_mib")
     lat = [p["latency_s"] for p in ((d.get("agents") or [{}])[-1].get("latency") or [])]
     q = (d.get("quiet") or {}).get("per_agent_per_min") or {}
+    run = [r["reads_per_min"] + r["other_writes_per_min"] for r in (d.get("steady") or {}).values()]
     return {
         "run": f"{d.get('commit', '?')} ({d.get('mode', '?')}, ×{last.get('factor', '?')}, {(d.get('agents') or [{}])[-1].get('n', '?')} agents)",
         "share": "—" if share is None else pct(share),
         "cpu": "—" if cpu is None else f"{cpu:g} s",
         "rss": "—" if rss is None else f"{rss:+g} MiB",
-        "steady": f"{q.get('max', '—')}/min",
+        "steady": f"{q.get('max', '—')}/min" + (f" ({max(run):g}/min over the run)" if run else ""),
         "latency": ", ".join("none in 30 s" if v is None else f"{v:.2f} s" for v in lat) or "—",
     }
 
@@ -112,6 +113,21 @@ def comparison(data: dict[str, Any], before: dict[str, Any] | None) -> list[str]
                            "own VPA -> pods/resize"]), ""]
 
 
+def steady_line(data: dict[str, Any]) -> str:
+    run = data.get("steady") or {}
+    if not run:
+        return ""
+    rates = sorted(r["reads_per_min"] + r["other_writes_per_min"] for r in run.values())
+    reads: dict[str, int] = {}
+    for r in run.values():
+        for k, v in r["reads"].items():
+            reads[k] = reads.get(k, 0) + v
+    window = min(r["window_s"] for r in run.values()) / 60
+    return (f" Over the whole run (from a minute after each agent started, {window:.0f} minutes at least, whatever"
+            f" happened around it): {rates[len(rates) // 2]:g} reads a minute per agent (max {rates[-1]:g}; all agents: "
+            + ", ".join(f"{k} {v}" for k, v in list(reads.items())[:6]) + ").")
+
+
 def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list[str]:
     meta = data.get("_meta") or {}
     q = data.get("quiet") or {}
@@ -121,24 +137,27 @@ def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list
         f"({data.get('wall_s', 0) / 60:.0f} minutes; bench/scale/README.md). The kit's real v1.36 etcd and kube-apiserver",
         "(no controllers), simulated nodes (Node objects and pods with a kubelet's status), and real agent processes, one per",
         "agent node, each installed as `deploy/` installs it (its ClusterRoles, the admission policies, a token bound to its pod",
-        "on its node) with 110 pods of its own and their VPAs, on a cgroup tree of its own; the keeper beside them. Bytes are",
-        "counted by a pass-through proxy per agent, requests from the API server's audit log.",
+        "on its node) with 110 pods of its own and their VPAs, on a cgroup tree of its own; the keeper beside them. Bytes and",
+        "watch events are counted by a proxy per agent (it ends the agent's TLS and sees what it forwards), requests by the",
+        "API server's audit log.",
         "", "![At scale](bench/results/scale.svg)", "",
         f"Quiet cluster ({q.get('window_s')} s, nothing changing): requests per agent per minute median "
         f"{(q.get('per_agent_per_min') or {}).get('median')}, max {(q.get('per_agent_per_min') or {}).get('max')}; "
         f"the control plane's own {q.get('control_plane_per_min')}/min (the simulated kubelets' Leases besides: "
-        f"{q.get('simulated_kubelets_per_min')}/min); the keeper {q.get('keeper_per_min')}/min.", "",
+        f"{q.get('simulated_kubelets_per_min')}/min); the keeper {q.get('keeper_per_min')}/min." + steady_line(data), "",
         "Objects elsewhere (on no agent's node) and one round of their churn (every object changed once, VPA statuses",
         "rewritten as the recommender does, Deployments rolled, VPAs re-created, pods elsewhere replaced, Events):", "",
     ]
     rows = []
     for s in data.get("elsewhere", []):
         a = s["agents"]
-        med = {k: sorted(r[k] for r in a.values() if r.get(k) is not None) for k in ("share", "cpu_per_10k_s", "rss_growth_mib", "rss_mib")}
+        med = {k: sorted(r[k] for r in a.values() if r.get(k) is not None)
+               for k in ("share", "cpu_per_10k_s", "rss_growth_mib", "rss_mib", "change_events")}
         mid = {k: (v[len(v) // 2] if v else None) for k, v in med.items()}
         rows.append([f"×{s['factor']}", f"{s['objects_total']:,}", f"{s['churn']['changes']:,}",
                      f"{s['churn']['served_bytes'] / MIB:.1f} MiB",
-                     "—" if mid["share"] is None else pct(mid["share"]),
+                     ("—" if mid["share"] is None else pct(mid["share"]))
+                     + ("" if mid["change_events"] is None else f" ({mid['change_events']:,} change events)"),
                      f"{mid['cpu_per_10k_s']}", f"{mid['rss_mib']} MiB (+{mid['rss_growth_mib']})",
                      "still busy" if s["churn"]["settled_after_s"] is None else f"{s['churn']['settled_after_s']:.0f} s"])
     lines += _table(rows, ["factor", "objects elsewhere", "changes", "served (one watcher of all)", "an agent received",
