@@ -51,6 +51,10 @@ def api_window(a: Snapshot, b: Snapshot) -> dict[str, Any]:
                     if verb == "WATCH"}
     buckets = metrics.delta(b.api, a.api, "apiserver_request_duration_seconds_bucket")
     p99 = metrics.histogram_quantiles(buckets, 0.99, "verb", "scope", where=lambda d: d.get("verb") not in SKIP_VERBS)
+    by_resource = metrics.histogram_quantiles(buckets, 0.99, "verb", "resource", "subresource",
+                                              where=lambda d: d.get("verb") not in SKIP_VERBS)
+    slowest = sorted(((q, f"{v} {r}{'/' + sub if sub else ''}") for (v, r, sub), q in by_resource.items() if q is not None),
+                     reverse=True)[:8]
     return {
         "window_s": round(dt, 1),
         "requests_per_s": round(sum(req.values()) / dt, 2),
@@ -60,6 +64,7 @@ def api_window(a: Snapshot, b: Snapshot) -> dict[str, Any]:
         "watch_bytes_by_kind": {k: int(v) for k, v in sorted(by_kind.items(), key=lambda x: -x[1]) if v},
         "watchers_by_kind": {k: int(v) for k, v in sorted(watchers.items(), key=lambda x: -x[1]) if v},
         "p99_s": {f"{v} {s}".strip(): round(q, 4) for (v, s), q in sorted(p99.items()) if q is not None},
+        "p99_slowest_s": {name: round(q, 4) for q, name in slowest},
     }
 
 

@@ -103,3 +103,12 @@ def test_the_model_takes_what_the_churn_added_to_an_agents_bytes() -> None:
     out = goals.analyse(data)
     assert out["extrapolation"]["agents"]["watch_events_per_s"] == 0.0
     assert next(g for g in out["goals"] if g["goal"].startswith("agents'"))["met"]
+
+
+def test_a_missed_p99_names_the_slowest_resources() -> None:
+    data = run(share=0.00005, cpu=0.1, rss=1.0, steady=0.5, latency=0.3)
+    data["agents"][2]["api"]["p99_s"]["PUT resource"] = 1.5
+    data["agents"][2]["api"]["p99_slowest_s"] = {"PUT leases": 1.5, "GET pods": 0.2}
+    g = next(g for g in goals.analyse(data)["goals"] if g["goal"].startswith("API server p99, mutating"))
+    assert not g["met"]
+    assert g["where"] == "the slowest by resource: PUT leases 1.50 s (16 agents)"
