@@ -28,7 +28,7 @@ from agent.infra.metrics import KeeperMetrics
 from agent.kube.errors import APIError, APINotFound, wrap
 from agent.kube.trim import without_managed_fields
 from agent.vpa.admission import GROUP, PARAMS_LABEL, PLURAL, VERSION
-from agent.vpa.admission_cluster import TARGETS, Desired, Key, desired, differs, trimmer
+from agent.vpa.admission_cluster import TARGETS, Desired, Key, desired, differs, only_targets_moved, trimmer
 from agent.vpa.policy import Options
 from agent.vpa.target import TARGET_LABEL, label_of, wanted_value
 
@@ -39,6 +39,10 @@ APPLY_PATCH: Final = "application/apply-patch+yaml"
 PARAMS_VERSION: Final = f"{GROUP}/{VERSION}"
 VPA_VERSION: Final = "autoscaling.k8s.io/v1"
 LABELS_PER_PASS: Final = 100
+# A namespace's parameters whose only change is a new recommendation are written at most this often: the
+# recommender rewrites every VPA's status about once a minute, and at 10,000 VPAs writing each would be
+# ~170 writes a second; the policy sets a new pod from a recommendation at most this much older.
+TARGETS_EVERY_S: Final = 300.0
 
 
 class _Listed(ObjectCache):
@@ -85,6 +89,7 @@ class Keeper:
         resync_s: float = 60.0,
         settle_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        targets_every_s: float = TARGETS_EVERY_S,
     ) -> None:
         self.api = api
         self.metrics = metrics
@@ -100,6 +105,8 @@ class Keeper:
         self.params = _Listed("VPAAdmissionParams", self.dirty.set)
         self.workloads = {kind: _Listed(TARGETS[kind][1], self.dirty.set, trimmer(kind)) for kind in TARGETS}
         self.threads = Threads(metrics)
+        self.targets_every_s = targets_every_s
+        self._written: dict[Key, float] = {}  # a namespace's parameters -> when the keeper last wrote them
         self._problems: set[str] = set()
         self.passes = 0
 
@@ -193,9 +200,15 @@ class Keeper:
             if ((o.get("metadata") or {}).get("labels") or {}).get(PARAMS_LABEL) == "true"
         }
         ok = True
+        now = self.clock()
         for key, obj in sorted(want.objects.items()):
             if key not in have or differs(have[key], obj):
-                ok = self._apply(key, obj) and ok
+                if key in have and only_targets_moved(have[key], obj) and now - self._written.get(key, -1e18) < self.targets_every_s:
+                    continue  # a new recommendation only: with the namespace's next write, at the latest in TARGETS_EVERY_S
+                if self._apply(key, obj):
+                    self._written[key] = now
+                else:
+                    ok = False
         for key in sorted(k for k in set(have) - set(want.objects) if k[0] not in want.unknown):
             ok = self._delete(key) and ok
         ok = self._label_vpas() and ok

@@ -142,3 +142,25 @@ def differs(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
         or [r.get("uid") for r in h_meta.get("ownerReferences") or ()]
         != [r["uid"] for r in w_meta["ownerReferences"]]
     )
+
+
+def _without_targets(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A parameter object's spec less what follows each new recommendation (each container's `to`, and
+    when the recommendation was observed)."""
+    workloads = {
+        key: {**{k: v for k, v in entry.items() if k != "observed"},
+              "containers": [{k: v for k, v in c.items() if k != "to"} for c in entry.get("containers") or ()]}
+        for key, entry in (spec.get("workloads") or {}).items()
+    }
+    return {**spec, "workloads": workloads}
+
+
+def only_targets_moved(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    """Whether a held object differs from the wanted one only in its recommended values: the same
+    workloads, VPAs, templates (`from`), skipped VPAs, labels and owners. Such a write may wait (the
+    keeper batches them, TARGETS_EVERY_S); any other is written at once, since a template change makes the
+    policy leave new pods unchanged until it is."""
+    h_meta, w_meta = have.get("metadata") or {}, want.get("metadata") or {}
+    same_meta = ((h_meta.get("labels") or {}) == w_meta.get("labels")
+                 and [r.get("uid") for r in h_meta.get("ownerReferences") or ()] == [r["uid"] for r in w_meta["ownerReferences"]])
+    return same_meta and _without_targets(have.get("spec") or {}) == _without_targets(want.get("spec") or {})

@@ -49,7 +49,7 @@ def vpa(name: str, target: str = "web", opted: bool = True, cpu: str | None = "2
 
 
 class Running:
-    def __init__(self, cluster: FakeCluster) -> None:
+    def __init__(self, cluster: FakeCluster, targets_every_s: float = 0.0) -> None:
         self.cluster = cluster
         self.api = FakeAPIServer(cluster)
         self.api.start()
@@ -58,7 +58,8 @@ class Running:
         cfg.connection_pool_maxsize = 16  # as run_keeper sets it: ten watches and the writes
         self.client = client.ApiClient(cfg)
         self.metrics = KeeperMetrics()
-        self.keeper = Keeper(APIServer(self.client), self.metrics, Options(), resync_s=0.5, settle_s=0.05)
+        self.keeper = Keeper(APIServer(self.client), self.metrics, Options(), resync_s=0.5, settle_s=0.05,
+                             targets_every_s=targets_every_s)
         self.stop = threading.Event()
 
     def start(self) -> None:
@@ -284,3 +285,27 @@ def test_every_vpa_gets_its_target_label_and_a_moved_target_gets_it_again(runnin
     running.keeper.dirty.set()  # another pass: every label is right, nothing more to write
     wait_for("another pass", lambda: running.keeper.passes > passes + 1, 10)
     assert len(c.recorded("PATCH", "/verticalpodautoscalers/")) == sent and labelled._value.get() == 3
+
+
+def test_a_new_recommendation_alone_waits_for_the_namespaces_next_write_a_new_template_does_not() -> None:
+    """The recommender rewrites every VPA's status about once a minute: a namespace's parameters whose only
+    change is the recommended values are written at most every `targets_every_s`; a new template (`from`)
+    is written at once, or the policy would leave new pods unchanged meanwhile."""
+    r = Running(served(FakeCluster(node={"metadata": {"name": "n1"}})), targets_every_s=8.0)
+    try:
+        c = r.cluster
+        c.put(*DEPLOYMENTS, deployment("web"))
+        c.put(*VPA, vpa("web"))
+        r.start()
+        wait_for("the first object", lambda: _to(r.workload("Deployment/web")) == "250m", 10)
+        c.put(*VPA, vpa("web", cpu="300m"))  # a new recommendation only
+        passes = r.keeper.passes
+        wait_for("two passes", lambda: r.keeper.passes >= passes + 2, 10)
+        assert _to(r.workload("Deployment/web")) == "250m"  # held back, within the interval
+        c.put(*DEPLOYMENTS, deployment("web", cpu="150m"))  # a new template: written now, with the new target
+        wait_for("the template and the target", lambda: _to(r.workload("Deployment/web"), "from") == "150m", 6)
+        assert _to(r.workload("Deployment/web")) == "300m"
+        c.put(*VPA, vpa("web", cpu="350m"))
+        wait_for("the held recommendation once the interval has passed", lambda: _to(r.workload("Deployment/web")) == "350m", 20)
+    finally:
+        r.close()
