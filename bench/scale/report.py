@@ -157,7 +157,7 @@ def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list
         rows.append([f"×{s['factor']}", f"{s['objects_total']:,}", f"{s['churn']['changes']:,}",
                      f"{s['churn']['served_bytes'] / MIB:.1f} MiB",
                      ("—" if mid["share"] is None else pct(mid["share"]))
-                     + ("" if mid["change_events"] is None else f" ({mid['change_events']:,} change events)"),
+                     + ("" if mid["change_events"] is None else f" ({mid['change_events']:,} change event{'' if mid['change_events'] == 1 else 's'})"),
                      f"{mid['cpu_per_10k_s']}", f"{mid['rss_mib']} MiB (+{mid['rss_growth_mib']})",
                      "still busy" if s["churn"]["settled_after_s"] is None else f"{s['churn']['settled_after_s']:.0f} s"])
     lines += _table(rows, ["factor", "objects elsewhere", "changes", "served (one watcher of all)", "an agent received",
@@ -173,11 +173,18 @@ def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list
                      ", ".join(f"{k} {v}" for k, v in list(api["watchers_by_kind"].items())[:3]), p99 or "—",
                      ", ".join("none in 30 s" if v is None else f"{v:.2f} s" for v in lat)])
     lines += _table(rows, ["agents", "requests/s", "watch events/s", "watchers (most)", "p99 by verb", "own VPA -> pods/resize"])
+    keeper = [(s["n"], s["keeper"], s["changes"]) for s in data.get("agents", []) if s.get("keeper")]
+    if keeper:
+        lines += ["", "The keeper (one per cluster, it watches every VPA, LimitRange and workload) in the same windows: "
+                  + "; ".join(f"{n} agents: {k['cpu_s']:.1f} s of CPU for {c:,} changes, {k['bytes_down'] / MIB:.1f} MiB received"
+                              + (f" ({sum(v for e, v in k['events'].items() if not e.startswith('BOOKMARK')):,} change events)"
+                                 if k.get("events") else "") + f", RSS {k['rss_mib']:.0f} MiB" for n, k, c in keeper) + "."]
     ex = data.get("extrapolation") or {}
     lines += ["", f"Extrapolated to {ex.get('nodes', 5000):,} nodes × 110 pods and {ex.get('vpas', 10000):,} VPAs "
               f"({ex.get('objects_elsewhere', 0):,} objects elsewhere at the harness's mix; changes elsewhere at their floor, "
               f"{ex.get('cluster_changes_per_s')}/s: every VPA's status rewritten once a minute): all agents "
-              f"{ex.get('agents', {}).get('writes_per_s')} writes/s and {ex.get('agents', {}).get('watch_events_per_s')} watch events/s; "
+              f"{ex.get('agents', {}).get('writes_per_s')} requests/s (their steady rate) and {ex.get('agents', {}).get('watch_events_per_s')} "
+              "watch events/s (the change events one agent received per change elsewhere, its own Node's and pods' apart); "
               f"the kubelets (Lease every 10 s, status every 5 min, one watcher each) {ex.get('kubelets', {}).get('writes_per_s')} writes/s "
               f"and as many watch events; RSS growth per agent {ex.get('rss_growth_mib_at_scale')} MiB; "
               f"CPU summed over the nodes per change elsewhere {ex.get('cpu_s_per_change_summed_over_nodes')} s.",

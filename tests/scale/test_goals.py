@@ -112,3 +112,10 @@ def test_a_missed_p99_names_the_slowest_resources() -> None:
     g = next(g for g in goals.analyse(data)["goals"] if g["goal"].startswith("API server p99, mutating"))
     assert not g["met"]
     assert g["where"] == "the slowest by resource: PUT leases 1.50 s (16 agents)"
+
+
+def test_an_agents_own_node_and_pod_events_are_not_changes_elsewhere() -> None:
+    agent = {"events": {"MODIFIED Node": 1, "MODIFIED Pod": 4, "BOOKMARK DaemonSet": 5, "MODIFIED ReplicaSet": 2}}
+    assert goals.events_elsewhere(agent, 1000) == 0.002
+    assert goals.events_elsewhere({}, 1000) is None
+    assert goals.events_elsewhere(agent, 0) is None
