@@ -54,7 +54,7 @@ e2e-k8s: venv image
 
 # What one agent costs the API server and itself when the cluster around its node is big and busy (outside
 # CI; bench/scale/README.md): the kit's etcd and kube-apiserver on ports and in a state directory of their
-# own, simulated nodes, real agents. About 25 minutes; SCALE_ARGS=--quick is a smoke run of a few minutes.
+# own, simulated nodes, real agents. About 16 minutes; SCALE_ARGS=--quick is a smoke run of 3-4 minutes.
 scale: venv
 	$(BIN)/python -m bench.scale $(SCALE_ARGS)
 

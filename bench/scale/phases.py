@@ -26,7 +26,6 @@ from bench.scale.scenario import elsewhere, own_ns
 
 MIB = 1 << 20
 SKIP_VERBS = ("WATCH", "CONNECT", "WATCHLIST")
-MUTATING = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 
 
 def _kind_of(d: dict[str, str]) -> str:
