@@ -23,7 +23,7 @@ node2_ready() { [ "$(node_ready "$NODE2")" = True ]; }
 
 # shellcheck disable=SC2034  # T_KUBELET is read by up (commands.sh)
 guest_node_up() {  # after its certificates: setup, kubelet, node Ready. 0 Ready, 1 failed, 2 kernel stuck
-  guest_wait 300 "the guest's setup (images imported)" guest_file images-ready || return $?
+  guest_wait "${KCG_GUEST_SETUP_TIMEOUT:-300}" "the guest's setup (images imported)" guest_file images-ready || return $?
   log "guest: exec channel at uptime $(cat "$V/share/out/exec-ready") s, images imported at $(cat "$V/share/out/images-ready") s"
   step "$NODE2: kubelet until the node is Ready"
   guest_wait 60 "the guest's kubelet start" guest_file kubelet-started || return $?
