@@ -145,7 +145,7 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
          + f" of {fit.cluster_changes_per_s():.0f} changes/s; {ag.writes_per_s:.0f} requests: {steady}/min each) "
          f"against the kubelets' {kub.total:.0f}/s")
     worst: dict[str, float] = {}
-    slow: dict[str, list[str]] = {}
+    slow: dict[str, list[tuple[float, str]]] = {}
     for step in data.get("agents", []):
         for vs, q in step["api"]["p99_s"].items():
             k = _slo_key(vs)
@@ -154,11 +154,11 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
         for name, q in (step["api"].get("p99_slowest_s") or {}).items():
             k = _slo_key(name.split(" ")[0] + (" cluster" if name.startswith("LIST") else ""))
             if k is not None:
-                slow.setdefault(k, []).append(f"{name} {q:.2f} s ({step['n']} agents)")
+                slow.setdefault(k, []).append((q, f"{name} {q:.2f} s ({step['n']} agents)"))
     for k, limit in SLO.items():
         if k in worst:
             goal(f"API server p99, {k} (with N agents and the churn)", worst[k], limit, "s",
-                 "the slowest by resource: " + ", ".join(slow[k][:4]) if k in slow else "")
+                 "the slowest by resource: " + ", ".join(t for _, t in sorted(slow[k], reverse=True)[:4]) if k in slow else "")
     lat = [p["latency_s"] for s in data.get("agents", [])[-1:] for p in s["latency"]]
     if lat:
         val = None if any(v is None for v in lat) else max(lat)
