@@ -267,7 +267,10 @@ class Keeper:
                 content_type=APPLY_PATCH,
                 timeout=(10, 30),
             )
-            resp.release_conn()
+            try:
+                resp.read()  # the whole answer: a connection given back with its body unread desyncs the next request on it
+            finally:
+                resp.release_conn()
         except Exception as err:  # every transport and API error: logged, tried again
             e = err if isinstance(err, APIError) else wrap(f"apply VPAAdmissionParams {ns}/{name}", err)
             self.metrics.errors.labels(type(e).__name__).inc()

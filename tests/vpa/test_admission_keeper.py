@@ -309,3 +309,30 @@ def test_a_new_recommendation_alone_waits_for_the_namespaces_next_write_a_new_te
         wait_for("the held recommendation once the interval has passed", lambda: _to(r.workload("Deployment/web")) == "350m", 20)
     finally:
         r.close()
+
+
+def test_an_applied_object_is_read_whole_before_its_connection_goes_back() -> None:
+    """A server-side apply's answer is read whole before its connection goes back to the pool. Given back
+    unread over TLS (the body still in the TLS buffer, where urllib3's check for a dropped connection does
+    not look), the next request on it read that body as its status line: BadStatusLine, seen in make scale
+    as the keeper's apply_failed and label_failed. Plain HTTP (the fake API server) hides it, so the order
+    of the calls is what is checked here."""
+    calls: list[str] = []
+
+    class Answer:
+        def read(self) -> bytes:
+            calls.append("read")
+            return b"{}"
+
+        def release_conn(self) -> None:
+            calls.append("release")
+
+    class Server:
+        def request(self, *args: Any, **kw: Any) -> Answer:
+            calls.append("request")
+            return Answer()
+
+    keeper = Keeper(Server(), KeeperMetrics(), Options())  # type: ignore[arg-type]
+    body = {"metadata": {"name": "vpa-admission", "namespace": "ns"}, "spec": {"workloads": {}, "skipped": []}}
+    assert keeper._apply(("ns", "vpa-admission"), body)
+    assert calls == ["request", "read", "release"]
