@@ -7,7 +7,8 @@ Used for the recommender's merging node per VPA and for the rollout's update slo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +30,17 @@ def expired(spec: Mapping[str, Any], now: float, default_s: float) -> bool:
     return renewed + float(spec.get("leaseDurationSeconds") or default_s) < now
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """What an acquire learnt: whether this holder has the Lease, who holds it, and until when (UNIX
+    seconds) — so that a caller can leave a Lease another holds alone until it could have expired."""
+
+    held: bool
+    holder: str | None
+    renewed: float
+    expires: float
+
+
 def acquire(
     api: Any,
     ns: str,
@@ -40,28 +52,48 @@ def acquire(
 ) -> bool:
     """Hold (create, renew, or take over an expired) Lease `name`; False when another holder has it.
     `api`: the kubernetes client's ApiClient."""
+    return acquire_lease(api, ns, name, holder, duration_s, clock, labels).held
+
+
+def acquire_lease(
+    api: Any,
+    ns: str,
+    name: str,
+    holder: str,
+    duration_s: int,
+    clock: Callable[[], float],
+    labels: Mapping[str, str] | None = None,
+    owners: Sequence[Mapping[str, Any]] = (),
+) -> LeaseView:
+    """As `acquire`, saying who holds the Lease and until when; `owners`: ownerReferences of a Lease this
+    creates (so that the garbage collector deletes it with what it coordinates)."""
     from kubernetes.client.exceptions import ApiException
 
     server = APIServer(api)
     now = clock()
+    mine = LeaseView(True, holder, now, now + duration_s)
     try:
         data = server.get(_lease(ns, name))
     except ApiException as err:
         if err.status != 404:
             raise
-        body = {"metadata": {"name": name, "namespace": ns, "labels": dict(labels or {})}, "spec": {
+        meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": dict(labels or {})}
+        if owners:
+            meta["ownerReferences"] = [dict(o) for o in owners]
+        body = {"metadata": meta, "spec": {
             "holderIdentity": holder, "leaseDurationSeconds": duration_s, "acquireTime": micro(now), "renewTime": micro(now)}}
         try:
             server.create(_lease(ns), body)
-            return True
+            return mine
         except ApiException as create_err:
             if create_err.status == 409:
-                return False
+                return LeaseView(False, None, now, now)  # created by another at the same moment: look again later
             raise
     spec = data.get("spec") or {}
     current = spec.get("holderIdentity")
     if current != holder and not expired(spec, now, duration_s):
-        return False
+        renewed = parse_timestamp(spec.get("renewTime")) or 0.0
+        return LeaseView(False, current, renewed, renewed + float(spec.get("leaseDurationSeconds") or duration_s))
     spec = {**spec, "holderIdentity": holder, "renewTime": micro(now), "leaseDurationSeconds": duration_s}
     if current != holder:
         spec["acquireTime"] = micro(now)
@@ -71,9 +103,9 @@ def acquire(
         server.replace(_lease(ns, name), data)
     except ApiException as err:
         if err.status == 409:
-            return False  # another holder renewed or took it first
+            return LeaseView(False, None, now, now)  # another holder renewed or took it first: look again later
         raise
-    return True
+    return mine
 
 
 def release(api: Any, ns: str, name: str, holder: str) -> None:

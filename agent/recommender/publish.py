@@ -1,22 +1,31 @@
 """Cluster-wide recommendations with no central recommender: for every VPA that names `kube-cgroup-agent` in
-`spec.recommenders`, each node publishes its partial histories (one RecommendationPartial object per VPA and
-node, holding per container the histograms VPA's checkpoints hold), and one node per VPA — the holder of the
-Lease `kcg-rec-<vpa>` — merges every node's partials (decaying histograms with a common reference add) and
-writes `status.recommendation` and the conditions RecommendationProvided / LowConfidence, at most once per
-`recommenderInterval`. The holder renews its Lease at each publishing step, once an interval, so the Lease
-lasts two intervals and a margin (`lease_seconds`): a holder that keeps stepping keeps it, whatever the other
-nodes' phases. A holder that stops gives its Leases up (deletes them), and another node takes over at its next
-step; one that dies is taken over once its Lease has expired. Nothing is lost, since the partials live in
-the API.
+`spec.recommenders`, each node publishes the usage histories of that VPA's pods on it in ONE object of its
+own, its NodeHistory (cluster-scoped, named after the node, one entry per VPA, each container's histories as
+one compact string: `wire.py`), labelled `vpa.kube-cgroup-agent.io/<hash of namespace/name>` for each VPA it
+holds. One node per VPA — the holder of the Lease `kcg-rec-<vpa>` in the VPA's namespace — lists the
+NodeHistories of that VPA by its label, merges them (decaying histograms with a common reference add) and
+writes `status.recommendation` and the conditions RecommendationProvided / LowConfidence when they changed.
 
-Why a CRD of the project's own and not VerticalPodAutoscalerCheckpoint: the VPA recommender loads and
-garbage-collects checkpoints; objects it does not own must not look like its own. The pure parts (which
-pods a VPA selects, merging, the status) are functions; `Publisher.step` is the shell.
+Why one object per node and not per VPA and node: at 5,000 nodes and 150,000 pods, (VPA, node) pairs run to
+150,000 objects — each with its own metadata and managed fields, about 1 KiB before any history — and as many
+writes an interval; one object a node keeps the writes at nodes / interval and the bytes at the histories
+themselves (BENCHMARKS "At scale"). Why a CRD of the project's own and not VerticalPodAutoscalerCheckpoint: the
+VPA recommender loads and garbage-collects checkpoints; objects it does not own must not look like its own.
+
+What it costs, all per `recommenderInterval` (default 5 minutes): one write of the NodeHistory per node, one
+LIST per VPA a node holds, a Lease renewal per held VPA every second or third interval (the Lease lasts four
+intervals), and a GET of another node's Lease only once it could have expired. A holder that stops gives its
+Leases up (deletes them); the other nodes take over when the Lease they last saw would have expired, or at
+once if they never saw it. Nothing is lost, since the histories live in the API. The garbage collector deletes
+a NodeHistory with its Node and a Lease with its VPA.
+
+The pure parts (which pods a VPA selects, the object, merging, the status) are functions; `Publisher.step` is
+the shell.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,26 +34,30 @@ from typing import Any, Final
 
 from agent.core.model import PodView
 from agent.infra.apiserver import MERGE_PATCH, APIServer, path
-from agent.infra.lease import acquire, micro, release
+from agent.infra.lease import LeaseView, acquire_lease, micro, release
+from agent.infra.logging import get_logger
+from agent.recommender import wire
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.estimate import recommend
 from agent.recommender.model import ContainerHistory
 from agent.recommender.render import as_vpa
 from agent.recommender.state import ContainerRecommendation, RecommenderState
 
+log = get_logger("agent.recommender")
 RECOMMENDER_NAME: Final = "kube-cgroup-agent"
 VPA: Final = ("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
-PARTIAL: Final = ("kube-cgroup-agent.io", "v1alpha1", "recommendationpartials")
-LABEL_VPA: Final = "kube-cgroup-agent.io/vpa"
-LABEL_NODE: Final = "kube-cgroup-agent.io/node"
-LEASE_MARGIN_S: Final = 10  # beyond two intervals: a step delayed by a slow API call keeps its Lease
+HISTORY: Final = ("kube-cgroup-agent.io", "v1alpha1", "nodehistories")
+LABEL_PREFIX: Final = "vpa.kube-cgroup-agent.io/"
+LEASE_MARGIN_S: Final = 10  # beyond four intervals: a step delayed by a slow API call keeps its Lease
+RENEW_AFTER_INTERVALS: Final = 2  # a holder renews once its renewal is two intervals old
 
 
 def lease_seconds(interval_s: float) -> int:
-    """How long a holder's Lease lasts: it renews once an interval (at its step), so two intervals and a margin
-    (a Lease shorter than the interval expires between the holder's steps, and whichever node steps then takes
-    it: the leadership would move at every step)."""
-    return int(2 * interval_s) + LEASE_MARGIN_S
+    """How long a holder's Lease lasts: it renews at the first step at least two intervals after its last
+    renewal — so between two and three intervals apart whatever the steps' phase — and the Lease lasts four
+    intervals and a margin, so that a holder that keeps stepping keeps it and renews it only every other
+    interval (at 10,000 VPAs and the default 5 minutes: about 13 renewals a second cluster-wide)."""
+    return int(4 * interval_s) + LEASE_MARGIN_S
 
 
 # ---- pure ----
@@ -68,29 +81,63 @@ def selects(vpa: Mapping[str, Any], pod: PodView) -> bool:
     return ref.get("kind") == "Deployment" and kind == "ReplicaSet" and name == f"{ref.get('name')}-{template_hash}"
 
 
-def partial(state: RecommenderState, pods: Iterable[PodView]) -> dict[str, ContainerHistory]:
-    """This node's history per container name, merged over the VPA's pods here."""
+def vpa_label(key: str) -> str:
+    """The label a NodeHistory carries for each VPA ("namespace/name") it holds histories of: a label key's
+    name is at most 63 characters, a VPA's namespace and name together up to 316."""
+    return LABEL_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:40]
+
+
+def partial(state: RecommenderState, pod_keys: Iterable[str]) -> dict[str, ContainerHistory]:
+    """This node's history per container name, merged over the VPA's pods here (those still running and
+    those that left, while the state keeps them: the memory window)."""
+    wanted = set(pod_keys)
     out: dict[str, ContainerHistory] = {}
-    for pod in pods:
-        for (key, container), h in state.histories.items():
-            if key != pod.key:
-                continue
-            merged = out.setdefault(container, ContainerHistory(state.settings))
-            merged.merge(h)
+    for (key, container), h in state.histories.items():
+        if key in wanted and not (h.cpu.is_empty() and h.memory.is_empty()):
+            out.setdefault(container, ContainerHistory(state.settings)).merge(h)
     return out
 
 
-def merge_partials(settings: RecommenderSettings, docs: Iterable[Mapping[str, Any]]) -> dict[str, ContainerHistory]:
+def node_history(node: str, now: float, entries: Mapping[str, Mapping[str, ContainerHistory]],
+                 owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The node's NodeHistory: an entry per VPA ("namespace/name") with each container's histories."""
+    meta: dict[str, Any] = {"name": node, "labels": {vpa_label(k): "" for k in entries}}
+    if owner is not None:
+        meta["ownerReferences"] = [dict(owner)]
+    vpas = {k: {"containers": {c: wire.encode(h) for c, h in sorted(cs.items())}} for k, cs in sorted(entries.items())}
+    return {"apiVersion": f"{HISTORY[0]}/{HISTORY[1]}", "kind": "NodeHistory", "metadata": meta,
+            "spec": {"node": node, "updated": micro(now), "vpas": vpas}}
+
+
+def merge_histories(settings: RecommenderSettings, key: str, docs: Iterable[Mapping[str, Any]],
+                    ) -> tuple[dict[str, ContainerHistory], list[str], list[str]]:
+    """Every node's histories of the VPA `key` merged per container; with the nodes merged and those whose
+    entry was unreadable (skipped: one node's bad object never blocks the others')."""
     out: dict[str, ContainerHistory] = {}
+    nodes: list[str] = []
+    bad: list[str] = []
     for doc in docs:
-        containers = ((doc.get("spec") or {}).get("containers")) or {}
-        for name, data in containers.items():
-            h = ContainerHistory.from_dict(settings, data)
-            out.setdefault(name, ContainerHistory(settings)).merge(h)
-    return out
+        raw_spec = doc.get("spec")
+        spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+        node = str((doc.get("metadata") or {}).get("name") or spec.get("node") or "?")
+        vpas = spec.get("vpas")
+        entry = vpas.get(key) if isinstance(vpas, Mapping) else None
+        containers = entry.get("containers") if isinstance(entry, Mapping) else None
+        if not isinstance(containers, Mapping):
+            continue  # labelled but no entry (a write in between): nothing of this VPA there
+        try:
+            decoded = {str(c): wire.decode(settings, text) for c, text in containers.items()}
+        except ValueError:
+            bad.append(node)
+            continue
+        for c, h in decoded.items():
+            out.setdefault(c, ContainerHistory(settings)).merge(h)
+        nodes.append(node)
+    return out, sorted(nodes), sorted(bad)
 
 
-def status_for(settings: RecommenderSettings, merged: Mapping[str, ContainerHistory], now: float) -> dict[str, Any]:
+def status_for(settings: RecommenderSettings, merged: Mapping[str, ContainerHistory], now: float,
+               holder: str = "", nodes: int = 0) -> dict[str, Any]:
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     items = [
         ContainerRecommendation("", name, recommend(h, settings, len(merged)))
@@ -98,13 +145,23 @@ def status_for(settings: RecommenderSettings, merged: Mapping[str, ContainerHist
         if not (h.cpu.is_empty() and h.memory.is_empty())
     ]
     low = [i.container for i in items if i.recommendation.confidence < 1.0]
+    by = f"merged by {holder} from {nodes} node(s)" if holder else ""
     conditions = [
         {"type": "RecommendationProvided", "status": "True" if items else "False", "lastTransitionTime": stamp,
-         "reason": "" if items else "NoSamples", "message": "" if items else "no usage samples from any node yet"},
+         "reason": "" if items else "NoSamples", "message": by if items else "no usage samples from any node yet"},
         {"type": "LowConfidence", "status": "True" if low else "False", "lastTransitionTime": stamp,
          "reason": "ShortHistory" if low else "", "message": f"less than a day of samples: {', '.join(low)}" if low else ""},
     ]
     return {"recommendation": {"containerRecommendations": [as_vpa(i) for i in items]}, "conditions": conditions}
+
+
+def comparable(status: Mapping[str, Any] | None) -> Any:
+    """A status as far as a write would change it: the recommendation and the conditions, without their
+    times (a holder writes only what changed)."""
+    status = status or {}
+    conditions = [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
+                  if isinstance(c, Mapping)]
+    return {"recommendation": status.get("recommendation"), "conditions": sorted(conditions, key=lambda c: str(c.get("type")))}
 
 
 # ---- shell ----
@@ -124,16 +181,20 @@ class Publisher:
     # errors, a 404 when there is no VPA CRD
     vpas: Callable[[], Sequence[Mapping[str, Any]]]
     clock: Callable[[], float] = time.time
-    _written: dict[str, float] = field(default_factory=dict)  # VPA key -> when its status was last written
+    _members: dict[str, set[str]] = field(default_factory=dict)  # VPA key -> pod keys it selected here
+    _leases: dict[tuple[str, str], LeaseView] = field(default_factory=dict)  # what each acquire learnt
     _held: set[tuple[str, str]] = field(default_factory=set)  # (namespace, VPA) whose Lease this node holds
+    _written: dict[str, Any] = field(default_factory=dict)  # VPA key -> the comparable status last written
+    _version: str | None = None  # the NodeHistory's resourceVersion after this node's last write
+    _owner: Mapping[str, Any] | None = None  # the Node's ownerReference, once read
     writes: int = 0
 
     def _server(self) -> APIServer:
         return APIServer(self.api)
 
     def step(self) -> list[str]:
-        """Publish this node's partials; for every VPA whose Lease this node holds, merge and write the
-        status (rate-limited). Returns the VPAs whose status was written."""
+        """Publish this node's NodeHistory; for every VPA whose Lease this node holds, merge every node's
+        histories and write the status if it changed. Returns the VPAs whose status was written."""
         from kubernetes.client.exceptions import ApiException
 
         co = self._server()
@@ -143,55 +204,119 @@ class Publisher:
             if err.status == 404:
                 return []  # no VPA CRD: nothing to publish for
             raise
-        written: list[str] = []
         pods = list(self.pods())
+        known = {pod for pod, _ in self.state.histories}
+        entries: dict[str, dict[str, ContainerHistory]] = {}
+        current: dict[str, Mapping[str, Any]] = {}
         for vpa in vpas:
-            ns, name = vpa["metadata"]["namespace"], vpa["metadata"]["name"]
-            mine = partial(self.state, [p for p in pods if selects(vpa, p)])
+            key = f"{vpa['metadata']['namespace']}/{vpa['metadata']['name']}"
+            current[key] = vpa
+            members = self._members.setdefault(key, set())
+            members |= {p.key for p in pods if selects(vpa, p)}
+            members &= known  # a pod the state forgot (the memory window) leaves the entry
+            mine = partial(self.state, members)
             if mine:
-                self._publish(co, ns, name, mine)
-            interval = self.state.settings.recommender_interval_s
-            if self._lead(ns, name) and self.clock() - self._written.get(f"{ns}/{name}", -1e18) >= interval:
-                docs = co.list(_path(PARTIAL, ns), {"labelSelector": f"{LABEL_VPA}={name}"})["items"]
-                merged = merge_partials(self.state.settings, docs)
-                co.patch(_path(VPA, ns, name, "status"), {"status": status_for(self.state.settings, merged, self.clock())}, MERGE_PATCH)
-                self._written[f"{ns}/{name}"] = self.clock()
-                self.writes += 1
-                written.append(f"{ns}/{name}")
+                entries[key] = mine
+        for key in [k for k in self._members if k not in current]:
+            del self._members[key]  # the VPA is gone, or no longer names this recommender
+        if entries or self._version is not None:
+            self._publish(co, entries)
+        ours = {(v["metadata"]["namespace"], v["metadata"]["name"]) for v in current.values()}
+        for ns, name in sorted(self._held - ours):  # the VPA is gone or no longer concerns this node
+            release(self.api, ns, _lease_name(name), self.node)
+            self._held.discard((ns, name))
+            self._leases.pop((ns, name), None)
+        written: list[str] = []
+        for key, vpa in sorted(current.items()):
+            if self._merge(co, key, vpa):
+                written.append(key)
         return written
 
-    def _publish(self, co: APIServer, ns: str, vpa: str, mine: Mapping[str, ContainerHistory]) -> None:
+    def _publish(self, co: APIServer, entries: Mapping[str, Mapping[str, ContainerHistory]]) -> None:
+        """Write the NodeHistory whole (PUT with the version this node last wrote: nothing else writes it,
+        so a conflict means this node restarted or the object was deleted: read it and write again)."""
         from kubernetes.client.exceptions import ApiException
 
-        obj_name = f"{vpa}-{self.node}"[:253]
-        body = {
-            "apiVersion": f"{PARTIAL[0]}/{PARTIAL[1]}",
-            "kind": "RecommendationPartial",
-            "metadata": {"name": obj_name, "namespace": ns, "labels": {LABEL_VPA: vpa, LABEL_NODE: self.node}},
-            "spec": {"vpaName": vpa, "node": self.node, "updated": micro(self.clock()),
-                     "containers": json.loads(json.dumps({c: h.to_dict() for c, h in mine.items()}))},
-        }
-        try:
-            co.patch(_path(PARTIAL, ns, obj_name), {"spec": body["spec"]}, MERGE_PATCH)
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            co.create(_path(PARTIAL, ns), body)
+        if self._owner is None:
+            self._owner = self._node_owner(co)
+        body = node_history(self.node, self.clock(), entries, self._owner)
+        target = _path(HISTORY, name=self.node)
+        for _ in range(2):
+            try:
+                if self._version is None:
+                    try:
+                        self._version = co.get(target)["metadata"]["resourceVersion"]
+                    except ApiException as err:
+                        if err.status != 404:
+                            raise
+                        self._version = str(co.create(_path(HISTORY), body)["metadata"]["resourceVersion"])
+                        self.writes += 1
+                        return
+                body["metadata"]["resourceVersion"] = self._version
+                self._version = str(co.replace(target, body)["metadata"]["resourceVersion"])
+                self.writes += 1
+                return
+            except ApiException as err:
+                self._version = None
+                if err.status not in (404, 409):
+                    raise
 
-    def _lead(self, ns: str, vpa: str) -> bool:
-        """Hold (or take over an expired) Lease `kcg-rec-<vpa>`; a conflict means another node won."""
-        duration = lease_seconds(self.state.settings.recommender_interval_s)
-        held = acquire(self.api, ns, _lease_name(vpa), self.node, duration, self.clock)
-        (self._held.add if held else self._held.discard)((ns, vpa))
-        return held
+    def _node_owner(self, co: APIServer) -> Mapping[str, Any] | None:
+        """The Node as the NodeHistory's owner: the garbage collector deletes the histories with the node.
+        None when the Node cannot be read (the object is then written without; tried again next time)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            uid = co.get(path("v1", "nodes", name=self.node))["metadata"]["uid"]
+        except (ApiException, KeyError, TypeError):
+            return None
+        return {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}
+
+    def _merge(self, co: APIServer, key: str, vpa: Mapping[str, Any]) -> bool:
+        ns, name = key.split("/", 1)
+        if not self._lead(ns, name, (vpa.get("metadata") or {}).get("uid")):
+            self._written.pop(key, None)
+            return False
+        docs = co.list(_path(HISTORY), {"labelSelector": vpa_label(key)})["items"]
+        merged, nodes, bad = merge_histories(self.state.settings, key, docs)
+        if bad:
+            log.warning("recommender.bad_history", vpa=key, nodes=bad)
+        status = status_for(self.state.settings, merged, self.clock(), self.node, len(nodes))
+        seen = comparable(status)
+        if seen == self._written.get(key) or seen == comparable(vpa.get("status")):
+            self._written[key] = seen
+            return False
+        co.patch(_path(VPA, ns, name, "status"), {"status": status}, MERGE_PATCH)
+        self._written[key] = seen
+        self.writes += 1
+        return True
+
+    def _lead(self, ns: str, vpa: str, uid: str | None) -> bool:
+        """Hold (or take over an expired) Lease `kcg-rec-<vpa>`; a conflict means another node won. A Lease
+        another node held is looked at again only once it could have expired; one this node holds is renewed
+        once its renewal is two intervals old."""
+        interval = self.state.settings.recommender_interval_s
+        now = self.clock()
+        seen = self._leases.get((ns, vpa))
+        if seen is not None:
+            if seen.holder != self.node and seen.holder is not None and now <= seen.expires:
+                return False
+            if seen.held and now - seen.renewed < RENEW_AFTER_INTERVALS * interval:
+                return True
+        owners = [{"apiVersion": f"{VPA[0]}/{VPA[1]}", "kind": "VerticalPodAutoscaler", "name": vpa, "uid": uid}] if uid else []
+        view = acquire_lease(self.api, ns, _lease_name(vpa), self.node, lease_seconds(interval), self.clock, owners=owners)
+        self._leases[(ns, vpa)] = view
+        (self._held.add if view.held else self._held.discard)((ns, vpa))
+        return view.held
 
     def release_all(self) -> int:
-        """Give up every Lease this node holds (at shutdown): the next node to step takes over at once, not
-        after the Lease expires. Returns how many were released; an API error is the caller's to log."""
+        """Give up every Lease this node holds (at shutdown): the other nodes take over without waiting for
+        the full Lease. Returns how many were released; an API error is the caller's to log."""
         released = 0
         for ns, vpa in sorted(self._held):
             release(self.api, ns, _lease_name(vpa), self.node)
             self._held.discard((ns, vpa))
+            self._leases.pop((ns, vpa), None)
             released += 1
         return released
 

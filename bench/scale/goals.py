@@ -11,7 +11,7 @@ from bench.scale import fit
 MIB = 1 << 20
 SLO = {"mutating": 1.0, "GET": 1.0, "LIST cluster": 30.0, "LIST namespace": 5.0}
 MUTATING = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
-PER_NODE = ("recommendationpartials", "leases kcg-*")  # what grows with the nodes; Events expire (1 h)
+PER_NODE = ("nodehistories", "leases kcg-*")  # what grows with the nodes; Events expire (1 h)
 
 
 def _median(rows: dict[str, dict[str, Any]], key: str) -> float | None:
@@ -183,7 +183,7 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
             resource = key.split(" ", 1)[1].split("/")[0]
             by_kind[resource] = by_kind.get(resource, 0.0) + count / minutes
         keeper_min = by_kind.get("vpaadmissionparams", 0.0)
-        agents_min = sum(by_kind.get(k, 0.0) for k in ("leases", "recommendationpartials")) / max(1, s["n"])
+        agents_min = sum(by_kind.get(k, 0.0) for k in ("leases", "nodehistories")) / max(1, s["n"])
         writes = agents_min * fit.NODES / 60.0 + keeper_min * fit.VPAS / max(1, store.get("vpas") or 1) / 60.0
         extrap["project_writes_per_s_at_scale"] = round(writes, 1)
         extrap["agent_writes_per_min_in_window"] = {k: round(v, 1) for k, v in sorted(by_kind.items(), key=lambda x: -x[1])}

@@ -12,7 +12,7 @@ from bench.scale.harness import Harness
 
 PROJECT = {
     "vpaadmissionparams": "/apis/kube-cgroup-agent.io/v1alpha1/vpaadmissionparams",
-    "recommendationpartials": "/apis/kube-cgroup-agent.io/v1alpha1/recommendationpartials",
+    "nodehistories": "/apis/kube-cgroup-agent.io/v1alpha1/nodehistories",
 }
 
 

@@ -57,7 +57,9 @@ def test_every_document_is_a_valid_object_of_its_kind() -> None:
     assert names == sorted([
         *((k, "kube-cgroup-agent") for k in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
                                               "DaemonSet", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")),
-        ("CustomResourceDefinition", "recommendationpartials.kube-cgroup-agent.io"),
+        ("CustomResourceDefinition", "nodehistories.kube-cgroup-agent.io"),
+        ("ValidatingAdmissionPolicy", "kube-cgroup-agent-node-history"),
+        ("ValidatingAdmissionPolicyBinding", "kube-cgroup-agent-node-history"),
         ("CustomResourceDefinition", "vpaadmissionparams.kube-cgroup-agent.io"),
         ("MutatingAdmissionPolicy", "kube-cgroup-agent-vpa"),
         ("MutatingAdmissionPolicyBinding", "kube-cgroup-agent-vpa"),
@@ -94,9 +96,10 @@ def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
         ("autoscaling.k8s.io", "verticalpodautoscalers", "list"),
         ("autoscaling.k8s.io", "verticalpodautoscalers", "watch"),
         ("autoscaling.k8s.io", "verticalpodautoscalers/status", "patch"),
-        ("kube-cgroup-agent.io", "recommendationpartials", "list"),
-        ("kube-cgroup-agent.io", "recommendationpartials", "create"),
-        ("kube-cgroup-agent.io", "recommendationpartials", "patch"),
+        ("kube-cgroup-agent.io", "nodehistories", "get"),  # its own, after a restart
+        ("kube-cgroup-agent.io", "nodehistories", "list"),  # a VPA's, by its label, to merge them
+        ("kube-cgroup-agent.io", "nodehistories", "create"),  # its own only (the node-history policy)
+        ("kube-cgroup-agent.io", "nodehistories", "update"),
         ("coordination.k8s.io", "leases", "get"),
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "update"),

@@ -52,12 +52,13 @@ def test_off_by_default(env: Env) -> None:
     assert not (env.tmp / "state" / "recommender.json").exists()
 
 
-def test_the_daemon_publishes_its_partials_and_at_shutdown_gives_up_its_leases(env: Env) -> None:
-    """The node publishes its partial history of the VPA's pods; the publishing node's Lease is deleted at SIGTERM (a pod deleted or rolled): another node takes over at
-    its next step instead of waiting two intervals for the Lease to expire."""
+def test_the_daemon_publishes_its_histories_and_at_shutdown_gives_up_its_leases(env: Env) -> None:
+    """The node publishes the histories of the VPA's pods in its NodeHistory; the publishing node's Lease is
+    deleted at SIGTERM (a pod deleted or rolled): a node that had not seen it takes it at once, the others
+    when the Lease they saw would have expired."""
     c = env.cluster
     c.serve("autoscaling.k8s.io", "v1", "verticalpodautoscalers", kind="VerticalPodAutoscaler")
-    c.serve("kube-cgroup-agent.io", "v1alpha1", "recommendationpartials", kind="RecommendationPartial")
+    c.serve("kube-cgroup-agent.io", "v1alpha1", "nodehistories", kind="NodeHistory", namespaced=False)
     c.serve("coordination.k8s.io", "v1", "leases", kind="Lease")
     c.put("autoscaling.k8s.io", "v1", "verticalpodautoscalers", {
         "metadata": {"name": "web", "namespace": "default", "uid": "v-1",
@@ -71,12 +72,12 @@ def test_the_daemon_publishes_its_partials_and_at_shutdown_gives_up_its_leases(e
     daemon = env.daemon(recommender={"enabled": True, "sampleInterval": "200ms", "recommenderInterval": "1s"})
     daemon.ready()
     wait_for(lambda: daemon.logged("recommender.published", vpa="default/web"), "the VPA's status written")
-    # this node's partial history of the VPA's pod is in the API for the other nodes to merge
-    partial = wait_for(lambda: c.get("kube-cgroup-agent.io", "v1alpha1", "recommendationpartials", "default", f"web-{NODE}"),
-                       "this node's RecommendationPartial")
-    assert list(partial["spec"]["containers"]) == ["app"]
+    # this node's histories of the VPA's pod are in the API for the other nodes to merge
+    mine = wait_for(lambda: c.get("kube-cgroup-agent.io", "v1alpha1", "nodehistories", "", NODE), "this node's NodeHistory")
+    assert list(mine["spec"]["vpas"]) == ["default/web"]
+    assert list(mine["spec"]["vpas"]["default/web"]["containers"]) == ["app"]
     lease = c.get("coordination.k8s.io", "v1", "leases", "default", "kcg-rec-web")
-    assert lease is not None and lease["spec"]["leaseDurationSeconds"] == 12  # two intervals and the margin
+    assert lease is not None and lease["spec"]["leaseDurationSeconds"] == 14  # four intervals and the margin
     assert daemon.terminate() == 0
     assert daemon.logged("recommender.released", leases=1)
     assert c.get("coordination.k8s.io", "v1", "leases", "default", "kcg-rec-web") is None

@@ -1,6 +1,7 @@
 """On the real v1.36 API server: what a node's token may read now that each agent reads only what its own
-pods need (README "At scale"), and the keeper's VPA writes confined to the target label by its own
-ValidatingAdmissionPolicy (the CEL evaluated by the real API server, through impersonation)."""
+pods need (README "At scale"), the keeper's VPA writes confined to the target label by its own
+ValidatingAdmissionPolicy, and a node's NodeHistory writable only by that node's agent (the CEL evaluated by
+the real API server, through impersonation)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,45 @@ def test_the_agents_token_reads_replicasets_by_name_only() -> None:
     assert _can(AGENT, "get", "replicasets.apps") and _can(AGENT, "get", "jobs.batch")
     assert _can(AGENT, "watch", "verticalpodautoscalers.autoscaling.k8s.io")
     assert not _can(AGENT, "patch", "verticalpodautoscalers.autoscaling.k8s.io")
+
+
+def _as(user: str, method: str, url_path: str, body: object, extra: dict[str, str] | None = None,
+        ctype: str = "application/json") -> tuple[int, str]:
+    """A request as `user` sends it: the admin's certificate impersonating it (with the extra a bound token's
+    claims carry, e.g. the node name); returns the HTTP code and the answer."""
+    pki = RK / "state" / "pki"
+    headers = ["-H", f"Impersonate-User: {user}", "-H", f"Content-Type: {ctype}"]
+    for k, v in (extra or {}).items():
+        headers += ["-H", f"Impersonate-Extra-{k.replace('/', '%2F')}: {v}"]
+    done = subprocess.run(["curl", "-sS", "--cacert", str(pki / "ca.crt"), "--cert", str(pki / "admin.crt"),
+                           "--key", str(pki / "admin.key"), *headers, "-X", method, "-d", json.dumps(body),
+                           "-w", "\n%{http_code}", f"https://127.0.0.1:6443{url_path}"], capture_output=True, text=True, timeout=60)
+    answer, _, code = done.stdout.rpartition("\n")
+    return int(code or 0), answer
+
+
+def test_a_nodes_agent_may_write_its_own_node_history_and_no_other() -> None:
+    """Dry runs (admission runs, nothing is stored): the agent's ServiceAccount with the node-name claim of
+    realk8s-v1 creates realk8s-v1's NodeHistory; another node's name, a NodeHistory naming another node, or
+    a token without the claim are refused by the policy."""
+    url = "/apis/kube-cgroup-agent.io/v1alpha1/nodehistories?dryRun=All"
+    claim = {"authentication.kubernetes.io/node-name": "realk8s-v1"}
+
+    def body(name: str, node: str) -> dict[str, object]:
+        return {"apiVersion": "kube-cgroup-agent.io/v1alpha1", "kind": "NodeHistory",
+                "metadata": {"name": name}, "spec": {"node": node, "vpas": {}}}
+
+    kubectl("delete", "nodehistory", "kcg-scope-other", "--ignore-not-found", ok=(0, 1))
+    code, answer = _as(AGENT, "POST", url, body("kcg-scope-other", "kcg-scope-other"), claim)
+    assert code == 403 and "only its own node's NodeHistory" in answer, (code, answer)
+    code, answer = _as(AGENT, "POST", url, body("realk8s-v1", "realk8s-v2"), claim)
+    assert code == 403 and "names the node it is written by" in answer, (code, answer)
+    code, answer = _as(AGENT, "POST", url, body("realk8s-v1", "realk8s-v1"))
+    assert code == 403 and "only its own node's NodeHistory" in answer, (code, answer)
+    code, answer = _as(AGENT, "POST", url, body("realk8s-v1", "realk8s-v1"), claim)
+    assert code in (201, 409), (code, answer)  # created (dry run), or the agent's own already exists
+    assert not _can(AGENT, "delete", "nodehistories.kube-cgroup-agent.io")
+    print(f"\ne2e-k8s node-history policy: {answer.strip()[:160] if code != 201 else 'own NodeHistory admitted'}")
 
 
 def test_the_keeper_may_change_a_vpas_target_label_and_nothing_else() -> None:

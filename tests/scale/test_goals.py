@@ -32,7 +32,7 @@ def run(share: float, cpu: float, rss: float, steady: float, latency: float | No
             {"n": n, "changes": 1800, "agents_bytes_down": n * 1000, "project_writes_by": {"patch vpaadmissionparams": 30},
              "latency": [{"latency_s": latency}], "api": _api(20.0 * n, {"PATCH resource": 0.2, "GET resource": 0.05, "LIST cluster": 2.0})}
             for n in (4, 8, 16)],
-        "storage": {"project": {"vpaadmissionparams": {"count": 50, "bytes": 100_000}, "recommendationpartials": {"count": 0, "bytes": 0},
+        "storage": {"project": {"vpaadmissionparams": {"count": 50, "bytes": 100_000}, "nodehistories": {"count": 0, "bytes": 0},
                                 "leases kcg-*": {"count": 0, "bytes": 0}}, "vpas": 1000, "vpas_opted_in": 700},
     }
 
