@@ -3,6 +3,7 @@ bench/results/scale.json, its figure in BENCHMARKS.md ("At scale") and bench/res
 
 Env: SCALE_FACTORS (default 1,4,16; quick 1,4), SCALE_AGENTS (default 4,8,16; quick 2,4),
 SCALE_QUIET_S, SCALE_WINDOW_S, SCALE_RATE (churn writes a second), SCALE_OUT (results file),
+SCALE_REC_INTERVAL_S (the agents' recommenderInterval, default 20; the results scale it to the default),
 RK_KIT (the kit, default /var/cache/realk8s), SCALE_RK (the harness's state, /var/cache/realk8s-scale).
 Exit 2 when the kit is missing, 1 when the run failed, 0 otherwise (goals missed are printed, not an error).
 """
@@ -44,6 +45,7 @@ def options(argv: list[str] | None) -> argparse.Namespace:
     a.rate = float(os.environ.get("SCALE_RATE", "60"))
     a.settle_s = 20.0 if a.quick else 90.0
     a.probes = 2 if a.quick else 6
+    a.rec_interval_s = float(os.environ.get("SCALE_REC_INTERVAL_S", "20"))
     return a
 
 
@@ -52,7 +54,7 @@ def measure(a: argparse.Namespace, code_root: Path) -> dict[str, Any]:
     from bench.scale.harness import Harness, say
     from bench.scale.scenario import Base
 
-    h = Harness(max(a.agents), Base(), max(a.factors), code_root)
+    h = Harness(max(a.agents), Base(), max(a.factors), code_root, recommender_interval_s=a.rec_interval_s)
     out: dict[str, Any] = {"mode": "quick" if a.quick else "full", "factors": a.factors, "agent_counts": a.agents,
                            "base": Base().__dict__, "rate_per_s": a.rate}
     t0 = time.monotonic()
@@ -74,6 +76,7 @@ def measure(a: argparse.Namespace, code_root: Path) -> dict[str, Any]:
             last = n == a.agents[-1]
             out["agents"].append(phases.agents_step(h, n, a.window_s, a.rate / 2, a.probes, a.settle_s, probed, last))
         out["steady"] = h.steady()
+        out["recommender"] = h.recommender_info()
         out["storage"] = storage.measure(h)
         out["timings"] = {k: round(v, 1) for k, v in h.timings.items()}
         out["kubelet_errors"] = (h.kubelets.errors if h.kubelets else [])[:5]

@@ -20,6 +20,10 @@ AGENT_USER = "system:serviceaccount:kube-cgroup-agent:kube-cgroup-agent"
 KEEPER_USER = "system:serviceaccount:kube-cgroup-agent:kube-cgroup-agent-vpa-admission"
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+READS = frozenset({"get", "list", "watch"})
+REC_LEASE_PREFIX = "kcg-rec-"  # agent/recommender/publish.py: a VPA's holder's Lease
+# the recommender's requests, by what they are for (agent/recommender/publish.py)
+REC_HISTORY, REC_LEASE, REC_STATUS = "nodehistories", "leases kcg-rec-*", "verticalpodautoscalers/status"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,35 @@ def classify(event: dict[str, Any]) -> tuple[str, Record] | None:
     target = f"{ref.get('namespace', '')}/{ref['name']}" if ref.get("name") else ""
     return str(event["auditID"]), Record(at, who_of(event.get("user") or {}), str(event.get("verb", "")), resource,
                                          code, target)
+
+
+def recommender_part(r: Record) -> str | None:
+    """Which of the recommender's requests an agent's request is: its NodeHistory's (the write each interval,
+    the holder's LIST), a VPA's Lease (`kcg-rec-<vpa>`: GET, renewal, release) or a VPA's status (the holder's
+    patch); None for the agent's other requests (its one GET of its Node for the NodeHistory's owner is
+    among those: the agent GETs its Node for other reasons too)."""
+    if r.resource == REC_HISTORY:
+        return REC_HISTORY
+    if r.resource == "leases" and r.target.rpartition("/")[2].startswith(REC_LEASE_PREFIX):
+        return REC_LEASE
+    if r.resource == REC_STATUS:
+        return REC_STATUS
+    return None
+
+
+def split_recommender(records: Iterable[Record]) -> tuple[list[Record], list[Record]]:
+    """(the recommender's requests, the others)."""
+    rec: list[Record] = []
+    other: list[Record] = []
+    for r in records:
+        (rec if recommender_part(r) is not None else other).append(r)
+    return rec, other
+
+
+def tally_recommender(records: Iterable[Record]) -> dict[str, int]:
+    """The recommender's requests by "verb part" ("update nodehistories", "get leases kcg-rec-*"...)."""
+    c = Counter(f"{r.verb} {part}" for r in records if (part := recommender_part(r)) is not None)
+    return dict(c.most_common())
 
 
 def tally(records: Iterable[Record]) -> dict[str, int]:

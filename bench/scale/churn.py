@@ -17,7 +17,15 @@ from typing import Any
 
 from bench.scale.api import MERGE, Client, in_parallel, url_of
 from bench.scale.cluster import Loader
-from bench.scale.objects import containers_of, pod_ip, pod_status, replicaset, short_hash, vpa_status
+from bench.scale.objects import (
+    containers_of,
+    pod_ip,
+    pod_status,
+    replicaset,
+    short_hash,
+    upstream_recommends,
+    vpa_status,
+)
 from bench.scale.scenario import Elsewhere
 
 WATCHED = ("ReplicaSet", "VerticalPodAutoscaler", "StatefulSet", "DaemonSet", "LimitRange")
@@ -70,6 +78,10 @@ class Cluster:
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [o for (k, _, _), o in self.objects.items() if k == kind]
+
+    def upstream_vpas(self) -> list[dict[str, Any]]:
+        """The VPAs whose status VPA's own recommender writes (not those naming another recommender)."""
+        return [o for o in self.of("VerticalPodAutoscaler") if upstream_recommends(o)]
 
 
 class Churn:
@@ -160,7 +172,7 @@ class Churn:
             ops += [lambda o=o: self._annotate(o, k) for o in c.of(kind)]
         ops += [lambda o=o: self._limits(o, k) for o in c.of("LimitRange")]
         if vpas:
-            ops += [lambda o=o: self.recommend(o, k) for o in c.of("VerticalPodAutoscaler")]
+            ops += [lambda o=o: self.recommend(o, k) for o in c.upstream_vpas()]
         deploys = sorted(c.revisions)
         ops += [lambda d=d: self._roll(d, k) for d in deploys[k % 20::20]]  # 5 % of them
         ops += [lambda o=o: self._recreate(o, k) for o in c.of("VerticalPodAutoscaler")[k % 33::33]]
@@ -190,7 +202,8 @@ class Churn:
 
 
 class Recommender(threading.Thread):
-    """VPA's recommender elsewhere: every VPA's status rewritten once a minute (spread over the minute)."""
+    """VPA's recommender elsewhere: every VPA's status rewritten once a minute (spread over the minute), but
+    those of VPAs that name another recommender (kube-cgroup-agent's), which VPA's recommender skips."""
 
     def __init__(self, churn: Churn, period_s: float = 60.0) -> None:
         super().__init__(name="recommender", daemon=True)
@@ -202,7 +215,7 @@ class Recommender(threading.Thread):
     def run(self) -> None:
         k = 1000
         while not self.stop.is_set():
-            vpas = self.churn.cluster.of("VerticalPodAutoscaler")
+            vpas = self.churn.cluster.upstream_vpas()
             t0 = time.monotonic()
             for i, o in enumerate(vpas):
                 if self.stop.wait(max(0.0, t0 + i * self.period / max(1, len(vpas)) - time.monotonic())):

@@ -106,3 +106,85 @@ def share_of_kubelets(a: Agents, k: Kubelets) -> float:
 def objects_at_scale(base_objects: int, base_vpas: int, vpas: int = VPAS) -> int:
     """The objects elsewhere of a cluster with `vpas` VPAs, at the harness's mix (objects per VPA)."""
     return round(base_objects * vpas / base_vpas) if base_vpas else 0
+
+
+# ---- the node recommender (agent/recommender/publish.py) ----
+
+CLUSTER_PODS = 150_000  # sig-scalability: pods in a cluster, whatever its nodes (30 a node at 5,000 nodes)
+DEFAULT_RECOMMENDER_INTERVAL_S = 300.0  # agent/recommender/config.py: recommenderInterval's default
+
+
+@dataclass(frozen=True)
+class RecommenderMeasured:
+    """The node recommender as a run measured it: bytes per object and per entry, requests per interval
+    (at whatever interval the run had: each is counted per interval, so it holds at any interval)."""
+
+    history_base_bytes: float  # one NodeHistory without any entry (metadata, managed fields, spec.node...)
+    entry_bytes: float  # what one entry (a VPA naming the recommender with pods on the node) adds to it
+    lease_bytes: float  # one Lease kcg-rec-<vpa>
+    history_writes: float  # NodeHistory writes per node per interval (1: one PUT each)
+    lease_writes: float  # Lease writes per held VPA per interval (a renewal every 2-3 intervals: 1/3-1/2)
+    status_writes: float  # VPA status patches per held VPA per interval (only when the status changed)
+    lists: float  # the holder's LISTs of NodeHistories per held VPA per interval (1)
+
+
+@dataclass(frozen=True)
+class RecommenderAtScale:
+    """The node recommender's objects and requests in a cluster of `nodes`, every `interval_s`."""
+
+    nodes: int
+    vpas: float  # VPAs naming the recommender (each with its Lease and its holder)
+    pods_per_node: float
+    interval_s: float
+    entries_per_node: float  # (VPA, node) pairs a node: a NodeHistory's entries
+    history_bytes: float  # one node's NodeHistory
+    histories_bytes: float  # all of them
+    leases_bytes: float
+    history_writes_per_s: float
+    lease_writes_per_s: float
+    status_writes_per_s: float
+    lists_per_s: float
+    nodes_per_vpa: float  # NodeHistories one LIST returns
+    list_bytes_per_s: float  # what those LISTs return
+
+    @property
+    def bytes(self) -> float:
+        return self.histories_bytes + self.leases_bytes
+
+    @property
+    def writes_per_s(self) -> float:
+        return self.history_writes_per_s + self.lease_writes_per_s + self.status_writes_per_s
+
+
+def recommender_at_scale(m: RecommenderMeasured, nodes: int = NODES, vpas: int = VPAS,
+                         pods_per_node: float = PODS_PER_NODE, interval_s: float = DEFAULT_RECOMMENDER_INTERVAL_S,
+                         share: float = 1.0) -> RecommenderAtScale:
+    """`share` of the pods and of the VPAs name the recommender; each VPA's pods spread over the nodes (a
+    Deployment's replicas on different nodes), so a node's NodeHistory has an entry per pod of it under such
+    a VPA (a (VPA, node) pair each), at most one per VPA:
+
+        entries a node  e = min(share × pods_per_node, share × vpas)
+        NodeHistories     nodes × (base + e × entry)            Leases  share × vpas × lease
+        writes a second   nodes × history_writes / interval     (one PUT a node an interval)
+                        + share × vpas × lease_writes / interval  (a renewal every 2-3 intervals)
+                        + share × vpas × status_writes / interval (a holder's patch, when it changed)
+        the holders' LISTs  share × vpas × lists / interval, each returning nodes × e / (share × vpas)
+                            NodeHistories (the nodes of one VPA)
+    """
+    named = share * vpas
+    entries = min(share * pods_per_node, named)
+    one = m.history_base_bytes + entries * m.entry_bytes
+    per_vpa = nodes * entries / named if named else 0.0
+    lists = named * m.lists / interval_s
+    return RecommenderAtScale(
+        nodes=nodes, vpas=named, pods_per_node=pods_per_node, interval_s=interval_s, entries_per_node=entries,
+        history_bytes=one, histories_bytes=nodes * one, leases_bytes=named * m.lease_bytes,
+        history_writes_per_s=nodes * m.history_writes / interval_s,
+        lease_writes_per_s=named * m.lease_writes / interval_s,
+        status_writes_per_s=named * m.status_writes / interval_s,
+        lists_per_s=lists, nodes_per_vpa=per_vpa, list_bytes_per_s=lists * per_vpa * one)
+
+
+def at_interval(per_min: float, measured_interval_s: float, interval_s: float = DEFAULT_RECOMMENDER_INTERVAL_S) -> float:
+    """A rate of requests made once (or a few times) an interval, measured at one interval, at another."""
+    return per_min * measured_interval_s / interval_s

@@ -11,16 +11,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.scale import metrics
+from bench.scale import metrics, usage
 from bench.scale.agents import Process, start_agent, start_keeper, wait_ready
 from bench.scale.api import MERGE, Client, Credentials, in_parallel
-from bench.scale.audit import AuditTail, tally
+from bench.scale.audit import READS, AuditTail, split_recommender, tally, tally_recommender
 from bench.scale.churn import Churn, Cluster, Counts, now_iso
 from bench.scale.cluster import Loader, install
 from bench.scale.controlplane import HOME, ControlPlane, taken
 from bench.scale.kubelets import Kubelets
-from bench.scale.nodes import SimNode, converge_tree, token, write_files, write_kubeconfig
-from bench.scale.objects import AGENT_NS, namespace, node, own_recommendation
+from bench.scale.nodes import (
+    RECOMMENDER_INTERVAL_S,
+    SimNode,
+    converge_tree,
+    token,
+    write_files,
+    write_kubeconfig,
+)
+from bench.scale.objects import AGENT_NS, PODS_PER_NODE, namespace, node, own_recommendation
 from bench.scale.proxy import Proxy
 from bench.scale.reference import ReferenceWatcher
 from bench.scale.scenario import SHARED_NS, Base, elsewhere_nodes, own, shared_daemonset
@@ -60,28 +67,53 @@ class Harness:
     reference: ReferenceWatcher | None = None
     owns: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    recommender_interval_s: float = RECOMMENDER_INTERVAL_S
 
     def __post_init__(self) -> None:
         self.counts = Counts()
         self.started: dict[str, float] = {}  # agent -> when it was first ready
+        self.usage = usage.Updater()  # the containers' CPU counters of the nodes whose agent runs
+        self.counters: dict[str, list[usage.Counter]] = {}
 
     def steady(self, after_s: float = 60.0) -> dict[str, Any]:
         """Each agent's reads a minute from `after_s` past its start to now (its watches' reconnects
-        included, whatever happened around it), and its writes apart from those a VPA change made it send."""
+        included, whatever happened around it), and its writes apart from those a VPA change made it send;
+        the recommender's requests apart (audit.recommender_part), with the VPAs the node holds (each of its
+        VPAs naming the recommender has its pods on this node only: it holds them all)."""
         assert self.audit is not None
         now = time.time()
         out: dict[str, Any] = {}
         for name, t0 in sorted(self.started.items()):
             if name == "keeper" or now - t0 - after_s < 60:
                 continue
-            recs = self.audit.records(t0 + after_s, now, f"agent:{name}")
-            reads = [r for r in recs if r.verb in ("get", "list", "watch")]
-            own = [r for r in recs if r.verb not in ("get", "list", "watch")
+            rec, recs = split_recommender(self.audit.records(t0 + after_s, now, f"agent:{name}"))
+            reads = [r for r in recs if r.verb in READS]
+            own = [r for r in recs if r.verb not in READS
                    and r.resource not in ("pods/resize", "pods", "pods/status", "events")]
             minutes = (now - t0 - after_s) / 60
             out[name] = {"window_s": round(minutes * 60), "reads_per_min": round(len(reads) / minutes, 2),
-                         "other_writes_per_min": round(len(own) / minutes, 2), "reads": tally(reads)}
+                         "other_writes_per_min": round(len(own) / minutes, 2), "reads": tally(reads),
+                         "recommender_per_min": round(len(rec) / minutes, 2), "recommender": tally_recommender(rec),
+                         "held_vpas": len(self.owns[name].recommended) if name in self.owns else 0}
         return out
+
+    def recommender_info(self) -> dict[str, Any]:
+        """What the recommender ran with and over, for goals.py: the harness's interval and the default, the
+        VPAs naming it on each agent node, their pods and containers, the usage thread's cost."""
+        from agent.recommender.config import RecommenderSettings
+
+        one = next(iter(self.owns.values()), None)
+        return {
+            "interval_s": self.recommender_interval_s,
+            "default_interval_s": RecommenderSettings().recommender_interval_s,
+            "pods_per_node": PODS_PER_NODE,
+            "vpas_per_node": len(one.recommended) if one else 0,
+            "vpas_on_node": sum(1 for o in one.objects if o["kind"] == "VerticalPodAutoscaler") if one else 0,
+            "named_pods_per_node": one.recommended_pods if one else 0,
+            "named_containers_per_node": sorted(o.recommended_containers for o in self.owns.values()),
+            "usage": {"containers": len(self.usage), "passes": self.usage.passes,
+                      "cpu_s": round(self.usage.cpu_s, 1), "errors": self.usage.errors},
+        }
 
     # ---- setup ----
 
@@ -118,12 +150,13 @@ class Harness:
             o = own(s.name, s.index)
             self.owns[s.name] = o
             self.loader.objects([namespace(o.namespace, "own"), *o.objects])
-            for name, containers in o.vpas:  # the upstream recommender's, at the pods' requests
+            for name, containers in o.vpas:  # the upstream recommender's, at the pods' requests (not the
+                # VPAs naming the node recommender: their holder writes theirs)
                 self.client.call("PATCH", f"/apis/autoscaling.k8s.io/v1/namespaces/{o.namespace}/verticalpodautoscalers/{name}/status",
                                  own_recommendation(containers, 200), MERGE)
             pods = self.loader.pods(o.pods, started, first_ip=s.index * 256)
-            write_files(s, self.shipped)
-            converge_tree(s, self.node_objs[s.name], pods)
+            write_files(s, self.shipped, self.recommender_interval_s)
+            self.counters[s.name] = converge_tree(s, self.node_objs[s.name], pods)
             agent_pod = next(p for p in pods if p["metadata"]["namespace"] == AGENT_NS)
             write_kubeconfig(s.kubeconfig, s.proxy_port, self.cp.pki / "ca.crt",
                              token(self.client, "kube-cgroup-agent", agent_pod))
@@ -146,6 +179,9 @@ class Harness:
         new = [start_agent(s) for s in self.sims[:n] if s.name not in self.agents]
         for p in new:
             self.agents[p.name] = p
+            self.usage.add(self.counters.get(p.name, []))
+        if new and not self.usage.is_alive():
+            self.usage.start()
         waiting = [*new] + ([self.keeper] if self.keeper is not None and "keeper_ready_s" not in self.timings else [])
         took = wait_ready(waiting, 600.0)
         for name in took:
@@ -195,6 +231,9 @@ class Harness:
         if self.kubelets is not None:
             self.kubelets.stop.set()
             self.kubelets.join(10)
+        self.usage.stop.set()
+        if self.usage.is_alive():
+            self.usage.join(10)
         if self.reference is not None:
             self.reference.close()
         if self.proxy is not None:

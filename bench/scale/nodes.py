@@ -2,7 +2,9 @@
 converged as the kubelet and the runtime leave it for the node's pods, the agent's config (the shipped
 one, only its paths adapted), and a kubeconfig with a ServiceAccount token bound to the agent's pod on
 the node (so the token carries the node-name claim the admission policy checks), through the agent's
-own byte-counting proxy port."""
+own byte-counting proxy port. The agent runs with the recommender on, as a user who turns it on runs it
+(its interval shortened so that a run sees many: `recommender_section`), and the tree carries every
+counter file its sampler reads, with usage (usage.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from bench.scale import usage
 from bench.scale.api import Client
 from bench.scale.objects import AGENT_NS
 from tests.support.cgroup_tree import FakeCgroupTree
@@ -34,6 +37,10 @@ KUBELET_CONFIG = {
 }
 MOUNT_CONTROLLER = {"unified": "hugetlb"}
 USAGE_BYTES = 48 << 20
+# The recommender's interval in the harness: the default (5 minutes) would give a run of 16 minutes three
+# intervals; at 20 s the quiet window alone sees nine. goals.py scales what it measures per interval to the
+# default.
+RECOMMENDER_INTERVAL_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -62,27 +69,43 @@ class SimNode:
         return self.dir / "agent.log"
 
 
-def agent_config(shipped: dict[str, Any], node: SimNode) -> dict[str, Any]:
-    """The shipped config with its paths on this node's directory (nothing else changed)."""
+def recommender_section(shipped: dict[str, Any], interval_s: float | None) -> dict[str, Any] | None:
+    """The shipped `recommender:` section turned on with the harness's interval (the rest as shipped:
+    sampleInterval 1 s by default); None, interval_s None: as shipped (off)."""
+    if interval_s is None:
+        return shipped.get("recommender")
+    return {**(shipped.get("recommender") or {}), "enabled": True, "recommenderInterval": f"{interval_s:g}s"}
+
+
+def agent_config(shipped: dict[str, Any], node: SimNode,
+                 recommender_interval_s: float | None = RECOMMENDER_INTERVAL_S) -> dict[str, Any]:
+    """The shipped config with its paths on this node's directory and the recommender on at the harness's
+    interval (nothing else changed)."""
     cfg = dict(shipped)
     cfg["cgroupfs"] = str(node.cgroupfs)
     cfg["kubeletConfig"] = str(node.dir / "kubelet.yaml")
     cfg["stateDir"] = str(node.dir / "state")
     if "criEndpoint" in cfg:  # no runtime here: the kubelet owns container resizes (kubeletVersion v1.36)
         cfg["criEndpoint"] = f"unix://{node.dir / 'cri.sock'}"
+    rec = recommender_section(shipped, recommender_interval_s)
+    if rec is not None:
+        cfg["recommender"] = rec
     return cfg
 
 
-def write_files(node: SimNode, shipped: dict[str, Any]) -> None:
+def write_files(node: SimNode, shipped: dict[str, Any],
+                recommender_interval_s: float | None = RECOMMENDER_INTERVAL_S) -> None:
     node.dir.mkdir(parents=True, exist_ok=True)
     (node.dir / "kubelet.yaml").write_text(yaml.safe_dump(KUBELET_CONFIG))
-    node.config.write_text(yaml.safe_dump(agent_config(shipped, node)))
+    node.config.write_text(yaml.safe_dump(agent_config(shipped, node, recommender_interval_s)))
 
 
-def converge_tree(node: SimNode, node_obj: dict[str, Any], pods: list[dict[str, Any]]) -> int:
+def converge_tree(node: SimNode, node_obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[usage.Counter]:
     """The node's cgroup tree (hybrid v1, hugetlb on the unified mount, cgroupfs naming) with every tier,
     pod and container cgroup the node's pods make, holding the values the kubelet computes for them:
-    the agent starts on a converged node, as it does beside a real kubelet. Returns the files written."""
+    the agent starts on a converged node, as it does beside a real kubelet. Then the counter files the
+    recommender's sampler reads for each container (`sampler_files`). Returns the containers' CPU
+    counters, for usage.Updater to advance."""
     from agent import pipeline
     from agent.config.kubelet import inherit
     from agent.config.settings import load_file
@@ -90,13 +113,15 @@ def converge_tree(node: SimNode, node_obj: dict[str, Any], pods: list[dict[str, 
     from agent.core.diff import desired_files
     from agent.kube.node import node_info
     from agent.pods.parse import parse_pod
+    from agent.recommender.sampler import targets
 
     tree = FakeCgroupTree(node.cgroupfs, "hybrid")
     settings = inherit(load_file(node.config))
     info = node_info(node_obj, settings)
     settings = replace(settings, allocatable=info.allocatable, kubepods_size=info.kubepods)
     env = pipeline.environment(settings)
-    comp = compute_node(tuple(parse_pod(p) for p in pods), settings.compute_config(env.hugepage_sizes))
+    views = tuple(parse_pod(p) for p in pods)
+    comp = compute_node(views, settings.compute_config(env.hugepage_sizes))
     files = desired_files(comp, env.hierarchy, env.render_options, env.container_render_options)
     made: set[str] = set()
     for f in files:
@@ -112,7 +137,31 @@ def converge_tree(node: SimNode, node_obj: dict[str, Any], pods: list[dict[str, 
             tree.set(f.setting.path, f.setting.value)
         else:  # a file this kernel's seeds lack (a huge page size of the host's): as the kernel would show it
             path.write_text(f.setting.value + "\n")
-    return len(files)
+    wanted = targets(views, settings.cgroup_root_name, settings.cgroup_driver, env.hierarchy)
+    requests = {(v.key, c.name): c.requests.cpu_milli for v in views for c in (*v.init_containers, *v.containers)}
+    return [sampler_files(tree, t.pod, t.container, dict(t.files), requests.get((t.pod, t.container)), t.memory_request)
+            for t in wanted]
+
+
+def sampler_files(tree: FakeCgroupTree, pod: str, container: str, files: dict[str, str],
+                  cpu_request_milli: int | None, memory_request: int | None) -> usage.Counter:
+    """One container's v1 counter files as the sampler reads them (`files`: its file names to their paths,
+    agent/recommender/sampler.py `targets`): the cpuacct cgroup (the strict tree seeds cpuacct.usage when it
+    is created; converging made none, as the kubelet writes nothing there), the working set in
+    memory.usage_in_bytes less memory.stat's inactive file pages, the peak, and memory.oom_control's kill
+    counter (statistics files the fake tree does not seed). Returns its CPU counter."""
+    cores, ws = usage.base_usage(pod, container, cpu_request_milli, memory_request)
+    inactive = usage.inactive_of(ws)
+    used = ws + inactive
+    cpu = files["cpuacct.usage"]
+    if not tree.path(cpu).exists():
+        mount, _, below = cpu.rpartition("/")[0].partition("/")
+        tree.create(below, controllers=[mount])
+    for name, text in (("memory.usage_in_bytes", str(used)), ("memory.max_usage_in_bytes", str(used)),
+                       ("memory.stat", usage.memory_stat(used, inactive)), ("memory.oom_control", usage.OOM_CONTROL)):
+        if name in files:
+            tree.path(files[name]).write_text(text if text.endswith("\n") else text + "\n")
+    return usage.Counter(tree.path(cpu), cores)
 
 
 def token(client: Client, sa: str, bound_pod: dict[str, Any] | None, seconds: int = 24 * 3600) -> str:

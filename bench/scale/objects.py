@@ -18,6 +18,8 @@ OWN_DEPLOYMENT_PODS = 18
 OWN_STS_PODS = 10
 OWN_BARE_PODS = PODS_PER_NODE - OWN_DEPLOYMENTS * OWN_DEPLOYMENT_PODS - OWN_STS_PODS - 2  # the DaemonSet's, the agent's
 AGENT_NS = "kube-cgroup-agent"
+NODE_RECOMMENDER = "kube-cgroup-agent"  # spec.recommenders[].name of a VPA the agents' recommender serves
+UPSTREAM_RECOMMENDER = "default"  # VPA's own recommender's --recommender-name
 OWN_RESOURCES = {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
 
 
@@ -231,14 +233,26 @@ def daemonset(name: str, ns: str, i: int, kind: str, opted_in: bool) -> dict[str
                      "updateStrategy": {"type": "OnDelete"} if opted_in else {"type": "RollingUpdate"}}}
 
 
-def vpa(name: str, ns: str, target_kind: str, target: str, kind: str, opted_in: bool) -> dict[str, Any]:
+def vpa(name: str, ns: str, target_kind: str, target: str, kind: str, opted_in: bool,
+        recommender: str | None = None) -> dict[str, Any]:
+    """A VPA; `recommender`: the one its spec.recommenders names (None: none named, VPA's own serves it)."""
     ann = {VPA_OPT_IN: "node"} if opted_in else {}
+    spec: dict[str, Any] = {
+        "targetRef": {"apiVersion": "apps/v1", "kind": target_kind, "name": target},
+        "updatePolicy": {"updateMode": "InPlace" if opted_in else "Recreate"},
+        "resourcePolicy": {"containerPolicies": [{"containerName": "*", "minAllowed": {"cpu": "10m", "memory": "32Mi"},
+                                                  "maxAllowed": {"cpu": "4", "memory": "8Gi"}}]}}
+    if recommender is not None:
+        spec["recommenders"] = [{"name": recommender}]
     return {"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
-            "metadata": meta(name, ns, kind, annotations=ann),
-            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": target_kind, "name": target},
-                     "updatePolicy": {"updateMode": "InPlace" if opted_in else "Recreate"},
-                     "resourcePolicy": {"containerPolicies": [{"containerName": "*", "minAllowed": {"cpu": "10m", "memory": "32Mi"},
-                                                               "maxAllowed": {"cpu": "4", "memory": "8Gi"}}]}}}
+            "metadata": meta(name, ns, kind, annotations=ann), "spec": spec}
+
+
+def upstream_recommends(obj: dict[str, Any]) -> bool:
+    """Whether VPA's own recommender writes this VPA's status: it names no recommender, or names VPA's
+    (a VPA naming only others, kube-cgroup-agent's among them, is skipped by it)."""
+    recs = (obj.get("spec") or {}).get("recommenders") or []
+    return not recs or any(isinstance(r, dict) and r.get("name") == UPSTREAM_RECOMMENDER for r in recs)
 
 
 def vpa_status(containers: tuple[str, ...], cpu_milli: int, memory_mi: int, at: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The phases of one run, each returning plain data for bench/results/scale.json:
 
 (a) quiet: the agents with their own pods and VPAs only, nothing changing: requests per agent per minute
-    (audit log), beside the control plane's own rate; the agents' idle CPU and RSS (the baselines);
+    (audit log), the recommender's apart, beside the control plane's own rate; the agents' idle CPU and RSS
+    (the baselines, the recommender's sampling included);
 (b) elsewhere: the big cluster's objects loaded at each scale factor, then one round of churn: each
     agent's RSS growth, its share of the bytes the churn served, CPU per 10,000 changes elsewhere;
 (c) agents: N agents, a window of churn at a steady rate with the recommender rewriting VPAs: the API
@@ -18,7 +19,7 @@ import time
 from typing import Any
 
 from bench.scale import metrics
-from bench.scale.audit import WRITES, tally
+from bench.scale.audit import WRITES, split_recommender, tally, tally_recommender
 from bench.scale.churn import Recommender, now_iso
 from bench.scale.harness import Harness, Snapshot, say
 from bench.scale.objects import own_recommendation
@@ -90,6 +91,10 @@ def per_agent(a: Snapshot, b: Snapshot, names: list[str]) -> dict[str, dict[str,
 
 def quiet(h: Harness, seconds: float) -> dict[str, Any]:
     assert h.audit is not None
+    # past the recommender's first intervals: the NodeHistories created, the Leases taken, the first
+    # statuses written (and what the actuator makes of them), none of which recurs
+    first = max((t for n, t in h.started.items() if n != "keeper"), default=time.time())
+    time.sleep(max(0.0, first + 2.5 * h.recommender_interval_s - time.time()))
     settled = h.settle(180.0)
     a = h.snapshot()
     time.sleep(seconds)
@@ -99,8 +104,11 @@ def quiet(h: Harness, seconds: float) -> dict[str, Any]:
     agents: dict[str, Any] = {}
     for n, row in per_agent(a, b, sorted(h.agents)).items():
         recs = h.audit.records(a.at, b.at, f"agent:{n}")
+        rec, rest = split_recommender(recs)
         since_start = [r for r in h.audit.records(0.0, b.at, f"agent:{n}") if r.verb in ("list", "watch", "get")]
         agents[n] = {**row, "requests": len(recs), "per_min": round(len(recs) * 60 / dt, 2), "by": tally(recs),
+                     "per_min_without_recommender": round(len(rest) * 60 / dt, 2), "by_without_recommender": tally(rest),
+                     "recommender_per_min": round(len(rec) * 60 / dt, 2), "recommender": tally_recommender(rec),
                      "idle_cpu_share": round(row["cpu_s"] / dt, 4), "reads_since_start": tally(since_start)}
     others = h.audit.records(a.at, b.at, "other:")
     keeper = h.audit.records(a.at, b.at, "keeper")
@@ -108,9 +116,14 @@ def quiet(h: Harness, seconds: float) -> dict[str, Any]:
     for r in others:
         users[r.who[6:]] = users.get(r.who[6:], 0) + 1
     rates = [v["per_min"] for v in agents.values()]
+    without = [v["per_min_without_recommender"] for v in agents.values()]
+    rec_rates = [v["recommender_per_min"] for v in agents.values()]
     return {
         "window_s": round(dt, 1), "settled_after_s": settled, "agents": agents,
         "per_agent_per_min": {"median": statistics.median(rates), "max": max(rates)},
+        "per_agent_per_min_without_recommender": {"median": statistics.median(without), "max": max(without)},
+        "recommender_per_agent_per_min": {"median": statistics.median(rec_rates), "max": max(rec_rates),
+                                          "interval_s": h.recommender_interval_s},
         "control_plane_per_min": round(len(others) * 60 / dt, 2),
         "control_plane_by_user": {u: round(c * 60 / dt, 2) for u, c in sorted(users.items(), key=lambda x: -x[1])},
         "simulated_kubelets_per_min": round(6.0 * (len(h.sims) + len(h.other_nodes)), 1),
@@ -248,6 +261,7 @@ def agents_step(h: Harness, n: int, window_s: float, rate: float, probes: int, s
         "project_writes_per_min": round(len(writes) * 60 / max(1e-9, b.at - a.at), 1),
         "keeper_writes_per_min": round(len(keeper_writes) * 60 / max(1e-9, b.at - a.at), 1),
         "project_writes_by": tally(writes),
+        "recommender_writes_by": tally_recommender(w for w in writes if w.who.startswith("agent:")),
         "latency": results, "settled_after_s": settled,
         "api": api_window(a, b),
     }

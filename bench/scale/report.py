@@ -91,7 +91,9 @@ def _headline(d: dict[str, Any]) -> dict[str, str]:
 
     share, cpu, rss = med("share"), med("cpu_per_10k_s"), med("rss_growth_mib")
     lat = [p["latency_s"] for p in ((d.get("agents") or [{}])[-1].get("latency") or [])]
-    q = (d.get("quiet") or {}).get("per_agent_per_min") or {}
+    quiet = d.get("quiet") or {}
+    # without the recommender's requests when the run told them apart (it runs at a short interval)
+    q = quiet.get("per_agent_per_min_without_recommender") or quiet.get("per_agent_per_min") or {}
     run = [r["reads_per_min"] + r["other_writes_per_min"] for r in (d.get("steady") or {}).values()]
     return {
         "run": f"{d.get('commit', '?')} ({d.get('mode', '?')}, ×{last.get('factor', '?')}, {(d.get('agents') or [{}])[-1].get('n', '?')} agents)",
@@ -128,9 +130,37 @@ def steady_line(data: dict[str, Any]) -> str:
             + ", ".join(f"{k} {v}" for k, v in list(reads.items())[:6]) + ").")
 
 
+def recommender_lines(data: dict[str, Any]) -> list[str]:
+    """The node recommender as the run had it and as goals.py extrapolates it (nothing for a run without)."""
+    info = data.get("recommender") or {}
+    ex = (data.get("extrapolation") or {}).get("recommender")
+    if not info:
+        return []
+    text = (f"The node recommender ran in every agent (`recommender.enabled`, `recommenderInterval` {info.get('interval_s'):g} s "
+            f"so that the run sees many intervals; the default is {info.get('default_interval_s', 300) / 60:g} minutes): "
+            f"{info.get('vpas_per_node')} of each agent node's {info.get('vpas_on_node')} VPAs name it "
+            f"({info.get('named_pods_per_node')} of its {info.get('pods_per_node')} pods), on containers whose CPU counters "
+            "advance every second (bench/scale/usage.py).")
+    if not ex:
+        return ["", text + " It published nothing this run could measure."]
+    m, big, small = ex["measured"], ex["at_110_pods_a_node"], ex["at_30_pods_a_node"]
+    text += (f" Measured: a NodeHistory {m['history_base_bytes']:.0f} bytes and {m['entry_bytes']:.0f} a (VPA, node) entry, a "
+             f"Lease {m['lease_bytes']:.0f} bytes; per interval {m['history_writes']:.2f} NodeHistory writes a node, "
+             f"{m['lease_writes']:.2f} Lease writes, {m['status_writes']:.2f} status patches and {m['lists']:.2f} LISTs a VPA. "
+             f"At {big['nodes']:,.0f} nodes, every VPA naming it and its default interval: NodeHistories "
+             f"{big['histories_bytes'] / MIB:.0f} MiB at 110 pods a node ({small['histories_bytes'] / MIB:.0f} MiB at 30, the "
+             f"cluster limit of 150,000 pods), Leases {big['leases_bytes'] / MIB:.1f} MiB; writes {big['history_writes_per_s']:.1f} + "
+             f"{big['lease_writes_per_s']:.1f} + {big['status_writes_per_s']:.1f} a second (NodeHistories, Lease renewals, statuses); "
+             f"the holders' LISTs {big['lists_per_s']:.1f} a second, {big['list_bytes_per_s'] / MIB:.0f} MiB a second.")
+    return ["", text]
+
+
 def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list[str]:
     meta = data.get("_meta") or {}
     q = data.get("quiet") or {}
+    rq = q.get("recommender_per_agent_per_min")
+    rec_quiet = (f" (the recommender's, at its {rq.get('interval_s'):g} s interval: median {rq.get('median')}, max {rq.get('max')};"
+                 f" without them: max {(q.get('per_agent_per_min_without_recommender') or {}).get('max')})") if rq else ""
     lines = [
         "## 12. At scale (`make scale`)", "",
         f"Measured {meta.get('date', '?')} at commit {data.get('commit', '?')}; command: `{meta.get('command', 'make scale')}` "
@@ -142,7 +172,7 @@ def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list
         "API server's audit log.",
         "", "![At scale](bench/results/scale.svg)", "",
         f"Quiet cluster ({q.get('window_s')} s, nothing changing): requests per agent per minute median "
-        f"{(q.get('per_agent_per_min') or {}).get('median')}, max {(q.get('per_agent_per_min') or {}).get('max')}; "
+        f"{(q.get('per_agent_per_min') or {}).get('median')}, max {(q.get('per_agent_per_min') or {}).get('max')}{rec_quiet}; "
         f"the control plane's own {q.get('control_plane_per_min')}/min (the simulated kubelets' Leases besides: "
         f"{q.get('simulated_kubelets_per_min')}/min); the keeper {q.get('keeper_per_min')}/min." + steady_line(data), "",
         "Objects elsewhere (on no agent's node) and one round of their churn (every object changed once, VPA statuses",
@@ -188,5 +218,6 @@ def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list
               f"the kubelets (Lease every 10 s, status every 5 min, one watcher each) {ex.get('kubelets', {}).get('writes_per_s')} writes/s "
               f"and as many watch events; RSS growth per agent {ex.get('rss_growth_mib_at_scale')} MiB; "
               f"CPU summed over the nodes per change elsewhere {ex.get('cpu_s_per_change_summed_over_nodes')} s.",
+              *recommender_lines(data),
               "", "Goals (issue 41):", *goal_lines(data), "", *comparison(data, before)]
     return lines

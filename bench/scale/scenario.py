@@ -7,11 +7,12 @@ on an agent's node."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.scale.objects import (
     AGENT_NS,
+    NODE_RECOMMENDER,
     OWN_BARE_PODS,
     OWN_DEPLOYMENT_PODS,
     OWN_DEPLOYMENTS,
@@ -132,6 +133,12 @@ def elsewhere_nodes(base: Base, factor: int) -> list[str]:
 # ---- an agent node's own pods ------------------------------------------------------------------------
 
 
+# The agent node's VPAs that name the node recommender (spec.recommenders: kube-cgroup-agent): three of its
+# six, 54 of its 110 pods — two opted in to the actuator, one not; the others are served by VPA's own
+# recommender (the harness writes their status as it would).
+OWN_RECOMMENDED = ("svc-2", "svc-3", "svc-4")
+
+
 @dataclass(frozen=True)
 class Own:
     """One agent node's namespace, workloads, VPAs and 110 pods (with owner chains)."""
@@ -140,7 +147,19 @@ class Own:
     namespace: str
     objects: list[dict[str, Any]]
     pods: list[dict[str, Any]]
-    vpas: list[tuple[str, tuple[str, ...]]]  # (VPA name, its containers), opted in: latency probes
+    # (VPA name, its containers): opted in and served by VPA's recommender (the harness writes their
+    # status): the latency probes'
+    vpas: list[tuple[str, tuple[str, ...]]]
+    # (VPA name, its containers, its pods on the node): those naming the node recommender
+    recommended: list[tuple[str, tuple[str, ...], int]] = field(default_factory=list)
+
+    @property
+    def recommended_pods(self) -> int:
+        return sum(n for _, _, n in self.recommended)
+
+    @property
+    def recommended_containers(self) -> int:
+        return sum(len(cs) * n for _, cs, n in self.recommended)
 
 
 def own_ns(node_name: str) -> str:
@@ -160,6 +179,7 @@ def own(node_name: str, index: int) -> Own:
     objects: list[dict[str, Any]] = []
     pods: list[dict[str, Any]] = []
     vpas: list[tuple[str, tuple[str, ...]]] = []
+    recommended: list[tuple[str, tuple[str, ...], int]] = []
     for d in range(OWN_DEPLOYMENTS):
         name = f"svc-{d}"
         i = index * 10 + d
@@ -172,8 +192,11 @@ def own(node_name: str, index: int) -> Own:
             pods.append(pod(f"{rs['metadata']['name']}-{short_hash(node_name, d, r)[:5]}", ns, node_name,
                             rs["spec"]["template"], "own", owner("ReplicaSet", rs["metadata"]["name"]), {"pod-template-hash": h}))
         opted = d < OWN_DEPLOYMENTS - 1
-        objects.append(vpa(name, ns, "Deployment", name, "own", opted))
-        if opted:
+        ours = name in OWN_RECOMMENDED
+        objects.append(vpa(name, ns, "Deployment", name, "own", opted, NODE_RECOMMENDER if ours else None))
+        if ours:
+            recommended.append((name, containers_of(rs["spec"]["template"]), OWN_DEPLOYMENT_PODS))
+        elif opted:
             vpas.append((name, containers_of(rs["spec"]["template"])))
     sts = statefulset("store", ns, index * 10 + 7, "own", OWN_STS_PODS, True, OWN_RESOURCES)
     sts["status"] = {"updateRevision": f"store-{short_hash('store', ns)}", "currentRevision": f"store-{short_hash('store', ns)}"}
@@ -192,7 +215,7 @@ def own(node_name: str, index: int) -> Own:
         pods.append(pod(f"job-{b}", ns, node_name, template(f"job-{b}", index * 10 + b), "own"))
     objects.append(limitrange(ns, "own"))
     pods.append(agent_pod(node_name))
-    return Own(node_name, ns, objects, pods, vpas)
+    return Own(node_name, ns, objects, pods, vpas, recommended)
 
 
 def agent_pod(node_name: str) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench.scale import goals, report
 
 
@@ -119,3 +121,152 @@ def test_an_agents_own_node_and_pod_events_are_not_changes_elsewhere() -> None:
     assert goals.events_elsewhere(agent, 1000) == 0.002
     assert goals.events_elsewhere({}, 1000) is None
     assert goals.events_elsewhere(agent, 0) is None
+
+
+# ---- the node recommender ----
+
+from bench.scale import fit  # noqa: E402
+
+MEASURED = fit.RecommenderMeasured(history_base_bytes=1000, entry_bytes=400, lease_bytes=500, history_writes=1.0,
+                                   lease_writes=0.4, status_writes=1.0, lists=1.0)
+
+
+@pytest.mark.parametrize(("pods", "share", "vpas", "interval", "entries", "histories", "leases", "writes", "per_vpa"), [
+    # 5,000 nodes × 110 pods, every VPA naming it: an entry a pod; 16.7 + 13.3 + 33.3 writes a second
+    (110, 1.0, 10_000, 300, 110, 5000 * (1000 + 110 * 400), 10_000 * 500, 63.333, 55),
+    # the cluster limit, 150,000 pods: 30 a node
+    (30, 1.0, 10_000, 300, 30, 5000 * (1000 + 30 * 400), 10_000 * 500, 63.333, 15),
+    # half the pods and VPAs: half the entries, Leases, renewals and statuses; every node still writes its own
+    (110, 0.5, 10_000, 300, 55, 5000 * (1000 + 55 * 400), 5_000 * 500, 16.667 + 6.667 + 16.667, 55),
+    # the harness's 20 s interval: fifteen times the writes, the same bytes
+    (110, 1.0, 10_000, 20, 110, 5000 * (1000 + 110 * 400), 10_000 * 500, 950.0, 55),
+    # fewer VPAs than a node has pods: at most an entry a VPA
+    (110, 1.0, 50, 300, 50, 5000 * (1000 + 50 * 400), 50 * 500, 16.667 + 0.067 + 0.167, 5000),
+])
+def test_the_recommender_scales_with_its_pairs_vpas_and_interval(pods: float, share: float, vpas: int, interval: float,
+                                                                  entries: float, histories: float, leases: float,
+                                                                  writes: float, per_vpa: float) -> None:
+    at = fit.recommender_at_scale(MEASURED, nodes=5000, vpas=vpas, pods_per_node=pods, interval_s=interval, share=share)
+    assert at.entries_per_node == entries
+    assert at.histories_bytes == histories and at.leases_bytes == leases and at.bytes == histories + leases
+    assert at.writes_per_s == pytest.approx(writes, abs=0.01)
+    assert at.history_writes_per_s == pytest.approx(5000 / interval)
+    assert at.nodes_per_vpa == pytest.approx(per_vpa)
+    assert at.list_bytes_per_s == pytest.approx(at.lists_per_s * per_vpa * (1000 + entries * 400))
+
+
+def test_requests_made_each_interval_scale_to_the_default_interval() -> None:
+    assert fit.at_interval(15.0, 20.0) == 1.0
+    assert fit.at_interval(15.0, 20.0, 60.0) == 5.0
+
+
+def with_recommender(data: dict[str, Any], rec_per_min: float = 9.0, entries: int = 6, leases: int = 6) -> dict[str, Any]:
+    """Two agents with the recommender at 20 s, each holding 3 VPAs, 600 s over the run (30 intervals): a
+    NodeHistory PUT each interval, a Lease renewal every 2.5, a status patch and a LIST per VPA each."""
+    data["recommender"] = {"interval_s": 20.0, "default_interval_s": 300.0, "pods_per_node": 110, "vpas_per_node": 3,
+                           "vpas_on_node": 6, "named_pods_per_node": 54}
+    tally = {"update nodehistories": 30, "update leases kcg-rec-*": 36, "get leases kcg-rec-*": 36,
+             "patch verticalpodautoscalers/status": 90, "list nodehistories": 90}
+    data["steady"] = {n: {"window_s": 600, "reads_per_min": 0.4, "other_writes_per_min": 0.0, "reads": {"watch pods": 2},
+                          "recommender_per_min": rec_per_min, "recommender": tally, "held_vpas": 3} for n in ("sim-000", "sim-001")}
+    for row in data["quiet"]["agents"].values():
+        row.update({"per_min_without_recommender": 0.5, "recommender_per_min": rec_per_min,
+                    "recommender": {"update nodehistories": 9}, "by_without_recommender": {"watch pods": 1}})
+    data["storage"]["project"]["nodehistories"] = {"count": 2, "bytes": 2 * 1000 + entries * 400, "base_bytes": 2000,
+                                                   "entry_bytes": entries * 400, "entries": entries, "containers": 8}
+    data["storage"]["project"]["leases kcg-rec-*"] = {"count": leases, "bytes": leases * 500}
+    data["storage"]["project"]["leases kcg-* (others)"] = {"count": 0, "bytes": 0}
+    del data["storage"]["project"]["leases kcg-*"]
+    return data
+
+
+def _goal(out: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return next(g for g in out["goals"] if g["goal"].startswith(prefix))
+
+
+def test_the_run_measures_the_recommender_per_object_entry_and_interval() -> None:
+    data = with_recommender(run(share=0.00005, cpu=0.1, rss=1.0, steady=0.5, latency=0.3))
+    assert goals.recommender_measured(data) == MEASURED
+    data["storage"]["project"]["nodehistories"]["entries"] = 0
+    assert goals.recommender_measured(data) is None  # nothing published: nothing to scale
+
+
+def test_the_recommenders_bytes_and_writes_at_5000_nodes_say_where_they_go() -> None:
+    out = goals.analyse(with_recommender(run(share=0.00005, cpu=0.1, rss=1.0, steady=0.5, latency=0.3)))
+    etcd = _goal(out, "project's objects in etcd")
+    # VPAAdmissionParams 10,000 × 100,000/700 bytes + NodeHistories 5,000 × 45,000 + Leases 10,000 × 500
+    assert etcd["value"] == round((100_000 / 700 * 10_000 + 5000 * 45_000 + 10_000 * 500) / (1 << 20), 1) == 220.7
+    assert not etcd["met"]
+    for part in ("NodeHistories 5,000 × (0.98 KiB + 110 entries × 0.39 KiB) = 214.6 MiB",
+                 "at the cluster limit of 150,000 pods, 30 a node: 62.0 MiB",
+                 "with the harness's share, 49 % of the pods: 107.",
+                 "Leases kcg-rec-* 10,000 × 0.49 KiB = 4.8 MiB", "VPAAdmissionParams 10,000 × 0.14 KiB = 1.4 MiB"):
+        assert part in etcd["where"], (part, etcd["where"])
+    writes = _goal(out, "project's objects' writes")
+    # the keeper's 30/min for 1,000 VPAs -> 5/s at 10,000; NodeHistories 16.7, Leases 13.3, statuses 33.3
+    assert writes["value"] == round(5.0 + 5000 / 300 + 10_000 * 0.4 / 300 + 10_000 / 300, 1) == 68.3
+    assert not writes["met"]
+    for part in ("NodeHistories 5,000 × 1.00 / 300 s = 16.7/s", "Lease renewals 10,000 × 0.40 / 300 s = 13.3/s",
+                 "VPA statuses 10,000 × 1.00 / 300 s = 33.3/s", "the holders' LISTs 33.3/s"):
+        assert part in writes["where"], (part, writes["where"])
+    rec = out["extrapolation"]["recommender"]
+    assert rec["at_110_pods_a_node"]["histories_bytes"] == 225_000_000
+    assert rec["at_30_pods_a_node"]["histories_bytes"] == 65_000_000
+
+
+def test_smaller_histories_and_fewer_status_writes_meet_the_storage_and_write_goals() -> None:
+    data = with_recommender(run(share=0.00005, cpu=0.1, rss=1.0, steady=0.5, latency=0.3))
+    data["storage"]["project"]["nodehistories"].update(entry_bytes=6 * 100, bytes=2000 + 6 * 100)
+    for row in data["steady"].values():
+        row["recommender"]["patch verticalpodautoscalers/status"] = 9
+    out = goals.analyse(data)
+    etcd, writes = _goal(out, "project's objects in etcd"), _goal(out, "project's objects' writes")
+    assert etcd["met"] and etcd["value"] == round((100_000 / 700 * 10_000 + 5000 * 12_000 + 10_000 * 500) / (1 << 20), 1)
+    assert "NodeHistories 5,000 × (0.98 KiB + 110 entries × 0.098 KiB)" in etcd["where"]  # said even when met
+    assert writes["met"] and writes["value"] == round(5.0 + 5000 / 300 + 10_000 * 0.4 / 300 + 10_000 * 0.1 / 300, 1)
+
+
+def test_a_run_whose_recommender_published_nothing_has_not_measured_its_goals() -> None:
+    out = goals.analyse(with_recommender(run(share=0.00005, cpu=0.1, rss=1.0, steady=0.5, latency=0.3), entries=0))
+    etcd, writes = _goal(out, "project's objects in etcd"), _goal(out, "project's objects' writes")
+    assert etcd["value"] is None and not etcd["met"] and "none written" in etcd["where"]
+    assert writes["value"] is None and not writes["met"]
+
+
+@pytest.mark.parametrize(("rec_per_min", "with_rec", "met"), [
+    (9.0, 0.5 + 9.0 * 20 / 300, True),  # 9 a minute at 20 s is 0.6 at 5 minutes
+    (90.0, 0.5 + 90.0 * 20 / 300, False),  # 6.0 at 5 minutes, beside 0.5 without
+])
+def test_the_steady_requests_are_stated_without_and_with_the_recommender_at_its_default(rec_per_min: float, with_rec: float,
+                                                                                       met: bool) -> None:
+    out = goals.analyse(with_recommender(run(share=0.00005, cpu=0.1, rss=1.0, steady=0.5, latency=0.3), rec_per_min))
+    without = _goal(out, "steady requests per agent, quiet cluster, without")
+    assert without["value"] == 0.5 and without["met"]
+    g = _goal(out, "steady requests per agent with the recommender")
+    assert g["value"] == round(with_rec, 2) and g["met"] is met
+    assert f"the recommender {rec_per_min}/min at the run's 20 s" in g["where"]
+    assert out["extrapolation"]["recommender_requests_per_agent_per_min"]["at_default"] == round(rec_per_min * 20 / 300, 2)
+    # all agents' requests at 5,000 nodes count the recommender's at its default interval
+    assert out["extrapolation"]["agents"]["writes_per_s"] == round(5000 * with_rec / 60, 1)
+
+
+def test_the_report_says_what_the_recommender_ran_with_and_comes_to() -> None:
+    data = with_recommender(run(share=0.00005, cpu=0.1, rss=1.0, steady=0.5, latency=0.3))
+    data.update(goals.analyse(data))
+    text = "\n".join(report.markdown(data))
+    assert "3 of each agent node's 6 VPAs name it (54 of its 110 pods)" in text
+    assert "NodeHistories 215 MiB at 110 pods a node (62 MiB at 30" in text
+    assert "Where it goes: VPAAdmissionParams" in text
+
+
+def test_the_share_goal_counts_what_the_churn_added_not_the_recommenders_own_requests() -> None:
+    data = run(share=0.02, cpu=0.1, rss=1.0, steady=0.5, latency=0.3)  # 2 % of the churn's bytes with the quiet rate
+    for step in data["elsewhere"]:
+        for a in step["agents"].values():
+            a["share_marginal"] = 0.001  # what the churn added
+    out = goals.analyse(data)
+    g = _goal(out, "share of the churn's bytes")
+    assert g["value"] == 0.001 and g["met"]
+    assert out["fit"]["share"]["points"][-1][1] == 0.001
+    del data["elsewhere"][-1]["agents"]["sim-000"]["share_marginal"], data["elsewhere"][-1]["agents"]["sim-001"]["share_marginal"]
+    assert _goal(goals.analyse(data), "share of the churn's bytes")["value"] == 0.02  # a run that did not count it

@@ -5,6 +5,7 @@ as a kubelet reports them."""
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 from bench.scale import objects, scenario
 
@@ -56,7 +57,9 @@ def test_an_agent_node_has_110_pods_with_their_owner_chains_and_vpas() -> None:
     assert owners["ReplicaSet"] == objects.OWN_DEPLOYMENTS * objects.OWN_DEPLOYMENT_PODS
     assert owners["StatefulSet"] == objects.OWN_STS_PODS
     assert owners["DaemonSet"] == 2  # the shared DaemonSet's pod and the agent's own
-    assert len(own.vpas) == objects.OWN_DEPLOYMENTS  # four Deployments and the StatefulSet opted in
+    # two Deployments and the StatefulSet opted in and served by VPA's recommender (the latency probes'), the
+    # other three Deployments' VPAs name the node recommender
+    assert [name for name, _ in own.vpas] == ["svc-0", "svc-1", "store"]
     assert sum(1 for p in own.pods if p["metadata"]["namespace"] == objects.AGENT_NS) == 1
 
 
@@ -92,3 +95,43 @@ def test_an_own_vpas_first_recommendation_holds_the_request_and_a_probes_leaves_
     assert bounds(objects.own_recommendation(("app", "proxy"), 500), "proxy") == (40, 65)  # the sidecar's 50m stays in
     low, high = bounds(objects.own_recommendation(("app",), 250), "app")
     assert not low <= 500 <= high  # the next probe moves it back
+
+
+def _vpas(own: scenario.Own) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in own.objects if o["kind"] == "VerticalPodAutoscaler"}
+
+
+def test_half_an_agent_nodes_vpas_name_the_node_recommender_and_upstreams_serves_the_others() -> None:
+    own = scenario.own("sim-003", 3)
+    vpas = _vpas(own)
+    named = sorted(n for n, v in vpas.items() if not objects.upstream_recommends(v))
+    assert named == ["svc-2", "svc-3", "svc-4"] and len(vpas) == 6
+    assert all(vpas[n]["spec"]["recommenders"] == [{"name": "kube-cgroup-agent"}] for n in named)
+    assert [n for n, _, _ in own.recommended] == named
+    assert own.recommended_pods == 3 * objects.OWN_DEPLOYMENT_PODS == 54
+    # one of those VPAs opts out of the actuator: the recommender serves VPAs whatever acts on them
+    assert sum(1 for n in named if objects.VPA_OPT_IN in vpas[n]["metadata"].get("annotations", {})) == 2
+    # the probes change recommendations the harness writes: never those of a VPA whose holder writes them
+    assert not {n for n, _ in own.vpas} & set(named)
+    # containers: app, and on some nodes a proxy sidecar (template i % 3 == 0)
+    assert own.recommended_containers == sum(len(cs) * 18 for _, cs, _ in own.recommended)
+
+
+def test_upstreams_recommender_skips_a_vpa_that_names_only_another() -> None:
+    base = objects.vpa("a", "ns", "Deployment", "a", "own", True)
+    assert objects.upstream_recommends(base)
+    assert not objects.upstream_recommends(objects.vpa("a", "ns", "Deployment", "a", "own", True, "kube-cgroup-agent"))
+    both = objects.vpa("a", "ns", "Deployment", "a", "own", True, "kube-cgroup-agent")
+    both["spec"]["recommenders"].append({"name": "default"})
+    assert objects.upstream_recommends(both)
+    assert "recommenders" not in base["spec"]
+
+
+def test_the_churns_recommender_leaves_vpas_naming_the_node_recommender() -> None:
+    from bench.scale.churn import Cluster, Counts
+
+    c = Cluster(None, None, Counts())  # type: ignore[arg-type]
+    for name, rec in (("up", None), ("ours", "kube-cgroup-agent")):
+        c.objects[("VerticalPodAutoscaler", "ns", name)] = objects.vpa(name, "ns", "Deployment", name, "elsewhere", True, rec)
+    assert [o["metadata"]["name"] for o in c.upstream_vpas()] == ["up"]
+    assert len(c.of("VerticalPodAutoscaler")) == 2
