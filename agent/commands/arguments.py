@@ -203,7 +203,7 @@ def _vpa_admission_args(sub: _Commands) -> None:
         default="127.0.0.1:9813",
         help="host:port for /healthz and /readyz (default 127.0.0.1:9813)",
     )
-    k.add_argument("--log-format", choices=["auto", "json", "console"], default="auto")
+    k.add_argument("--log-format", choices=["auto", "json", "console", "journal"], default="auto")
     k.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
 
 
@@ -219,7 +219,7 @@ def _run_args(sub: _Commands) -> None:
         "--observe-only", action="store_const", const=True, default=None, help="report drift, write nothing"
     )
     r.add_argument("--create-qos-cgroups", action="store_const", const=True, default=None)
-    r.add_argument("--log-format", choices=["auto", "json", "console"])
+    r.add_argument("--log-format", choices=["auto", "json", "console", "journal"])
     r.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
 

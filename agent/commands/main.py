@@ -107,9 +107,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from agent.infra.lean import without_optional_imports
 
     without_optional_imports()
-    from agent.daemon import run
+    from agent.daemon import Reloader, run
 
-    return run(build_settings(args))
+    # SIGHUP (`systemctl reload`) reads the settings again the way this command line did
+    return run(build_settings(args), Reloader(args.config, lambda: build_settings(args)))
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -77,7 +77,7 @@ KEYS: Final[dict[str, tuple[str, Any]]] = {
     "apiBurst": ("api_burst", parse_positive_int),
     "podsPollInterval": ("pods_poll_interval_s", parse_seconds),
     "reconciler": ("reconciler", choice("auto", "engine", "pipeline")),
-    "logFormat": ("log_format", choice("auto", "json", "console")),
+    "logFormat": ("log_format", choice("auto", "json", "console", "journal")),
     "logLevel": ("log_level", choice("debug", "info", "warning", "error")),
     "kubeletConfig": ("kubelet_config", lambda v: Path(parse_str(v))),
     "cgroupsPerQOS": ("cgroups_per_qos", parse_bool),

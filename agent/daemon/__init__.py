@@ -3,15 +3,30 @@
 Two sources: the Kubernetes API (the node's pods, list+watch; Events and the pod condition as
 reports), or, with `pods` set to a directory, manifests on a bare node (reports go to the log).
 Everything is checked before anything starts, and every problem is reported at once.
+
+Signals: SIGTERM (and SIGINT) stop it: the current steps finish, the state is flushed, exit 0. SIGHUP
+(`systemctl reload`) reads the configuration again, as the command line read it: a configuration that
+is not valid, or with which the daemon could not start, is refused in one log line and the daemon goes
+on with the settings it has; the same settings change nothing; new ones are applied by stopping as at
+SIGTERM and executing the same command line again in the same process (same PID, so systemd's main
+process stays; `RELOADING=1` before, the new process's `READY=1` after its first pass). Why a re-exec
+rather than rebuilding the daemon in place: every setting is read once at start by some part (the
+sources, the components, the endpoints' ports, logging, the API client), and a fresh start from the
+flushed state is the path every restart already takes and the tests cover; rebuilding in place would
+be a second way to start, with the old threads and module state still around. Under systemd the loop
+also speaks its notification protocol (agent.daemon.supervisor).
 """
 
 from __future__ import annotations
 
+import enum
+import faulthandler
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -23,8 +38,11 @@ from agent.core.ownership import Ownership, Thing, resolve
 from agent.daemon.components import ComponentFactory, DaemonContext
 from agent.daemon.core import Daemon, PodSource
 from agent.daemon.reconciler import Reconciler
+from agent.daemon.supervisor import TICK_S, Supervisor
+from agent.infra.errors import user_message
 from agent.infra.logging import configure, get_logger
 from agent.infra.metrics import Endpoints, Metrics, Probe, StartupProbe
+from agent.infra.sdnotify import Notifier
 from agent.kube.status import StatusReporter
 from agent.pipeline.execute import CgroupStepRunner, ContainerUpdater
 from agent.pods.sources import default_sources
@@ -33,7 +51,7 @@ from cgroupfs.types import DriverKind
 
 log = get_logger("agent.daemon")
 
-__all__ = ["Daemon", "check_settings", "run", "select_reconciler"]
+__all__ = ["Daemon", "Reloader", "check_settings", "run", "select_reconciler"]
 
 
 API_CONNECTIONS = 32
@@ -89,7 +107,100 @@ def _cri(settings: Settings) -> ContainerUpdater | None:
     return updater
 
 
-def _wait_for_node(server: Any, node: str, settings: Settings, stop: threading.Event) -> Any:
+class Ending(enum.Enum):
+    STOPPED = "stopped"  # SIGTERM: exit
+    RELOAD = "reload"  # SIGHUP with new valid settings: execute the command line again
+
+
+@dataclass(frozen=True, slots=True)
+class Reloader:
+    """How SIGHUP reads the settings again: the command line's own way (its config file, its flags)."""
+
+    config: str | None  # the file, for the log line
+    load: Callable[[], Settings]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    settings: Settings | None  # None: refused or unchanged
+    problems: tuple[str, ...] = ()  # why it was refused
+    changed: tuple[str, ...] = ()  # the settings that differ (their field names)
+
+
+def changed_settings(old: Settings, new: Settings) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(Settings) if getattr(old, f.name) != getattr(new, f.name))
+
+
+def reload_verdict(current: Settings, load: Callable[[], Settings]) -> Verdict:
+    """Read the settings again and judge them: refused (invalid, or the daemon could not start with
+    them), unchanged, or new. Never raises: a reload must not end the daemon."""
+    try:
+        new = load()
+    except ConfigError as err:
+        return Verdict(None, tuple(err.problems))
+    except Exception as err:  # whatever reading them raised, the running daemon goes on
+        return Verdict(None, (user_message(err) or f"{type(err).__name__}: {err}",))
+    problems = check_settings(new)
+    if problems:
+        return Verdict(None, tuple(problems))
+    changed = changed_settings(current, new)
+    return Verdict(new if changed else None, (), changed)
+
+
+def _wanted_reload(
+    requested: threading.Event, reloader: Reloader | None, current: Settings, supervisor: Supervisor
+) -> bool:
+    """After SIGHUP: whether to restart with new settings (the verdict logged in one line)."""
+    if not requested.is_set():
+        return False
+    requested.clear()
+    if reloader is None:
+        log.warning("config.reload_unavailable", message="SIGHUP ignored: this daemon was not started from a command line")
+        return False
+    verdict = reload_verdict(current, reloader.load)
+    if verdict.problems:
+        log.error(
+            "config.reload_refused",
+            config=reloader.config,
+            problems=list(verdict.problems),
+            message="the configuration was not reloaded: the daemon goes on with the settings it started with",
+        )
+        supervisor.note = f"reload refused: {verdict.problems[0]}"
+        return False
+    supervisor.note = None
+    if verdict.settings is None:
+        log.info("config.reload", config=reloader.config, outcome="unchanged")
+        return False
+    log.info("config.reload", config=reloader.config, outcome="restarting", changed=list(verdict.changed))
+    return True
+
+
+def exec_self() -> None:
+    """Execute this process's own command line again (same PID, same environment and working directory);
+    raises OSError when the exec failed, never returns otherwise."""
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+def _reexec(supervisor: Supervisor, reexec: Callable[[], None]) -> int:
+    supervisor.ping()  # the watchdog runs through a reload: the new process gets a whole interval
+    # a second SIGHUP before the new process has its handler must not end it (an ignored signal stays
+    # ignored across exec; the new process's handler replaces that)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    log.info("reload.exec", argv=[sys.executable, *sys.orig_argv[1:]])
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    try:
+        reexec()
+    except OSError as err:
+        log.error(
+            "reload.exec_failed",
+            error=user_message(err),
+            message="the daemon could not start itself again: it exits 1 (its service manager restarts it)",
+        )
+    return 1
+
+
+def _wait_for_node(server: Any, node: str, settings: Settings, wait: Callable[[float], bool]) -> Any:
     from agent.infra.queue import Backoff
     from agent.kube.errors import APIError
     from agent.kube.node import node_info, read_node
@@ -101,7 +212,7 @@ def _wait_for_node(server: Any, node: str, settings: Settings, stop: threading.E
         except APIError as err:
             delay = backoff.next("node")
             log.warning("node.unavailable", node=node, error=str(err), retry_in_s=delay)
-            if stop.wait(delay):
+            if wait(delay):
                 return None
 
 
@@ -170,11 +281,22 @@ def _log_ownership(ownership: Ownership) -> None:
         )
 
 
-def run(settings: Settings) -> int:
+def run(
+    settings: Settings,
+    reloader: Reloader | None = None,
+    *,
+    notifier: Notifier | None = None,
+    reexec: Callable[[], None] = exec_self,
+) -> int:
+    """The daemon until SIGTERM (0), or a reload whose exec failed (1). `reloader`: how SIGHUP reads the
+    settings again (none: SIGHUP is logged and ignored); `notifier`: systemd's (from the environment)."""
     configure(settings.log_format, settings.log_level)
+    # a fatal signal (systemd's watchdog sends SIGABRT) shows where every thread was, on stderr
+    faulthandler.enable()
     problems = check_settings(settings)
     if problems:
         raise ConfigError(problems)
+    notifier = notifier or Notifier.from_environ()
     from agent.daemon.heap import fewer_arenas
 
     if not fewer_arenas():  # before any thread: fewer malloc arenas, less memory held (heap.fewer_arenas)
@@ -185,12 +307,19 @@ def run(settings: Settings) -> int:
     for conflict in settings.kubelet_conflicts:  # once, at start
         log.warning("kubelet_config.conflict", message=conflict)
 
+    reload_requested = threading.Event()
+
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("signal", signal=signal.Signals(signum).name)
         stop.set()
 
+    def on_hangup(signum: int, frame: FrameType | None) -> None:
+        log.info("signal", signal=signal.Signals(signum).name)
+        reload_requested.set()
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
 
     env = pipeline.environment(settings)
     if settings.create_qos_cgroups:  # a bare node: whichever reconciler runs, the tiers must exist first
@@ -201,15 +330,33 @@ def run(settings: Settings) -> int:
     # the endpoints answer from the first second: alive, and not ready until the first pass (StartupProbe)
     probe = StartupProbe("reading the node's configuration")
     metrics.follow_readiness(probe.ready)
+    supervisor = Supervisor(notifier, probe.probe())
+    supervisor.ping()  # started by a reload: the watchdog is running (systemd arms it only after READY)
     from agent.infra.version import commit, version
 
     metrics.build_info.labels(version(), commit()).set(1)
     endpoints = Endpoints(metrics, probe.probe(), settings.metrics_bind_address, settings.health_bind_address)
     log.info("listening", endpoints=list(endpoints.addresses))
+    reloads = _Reloads(reload_requested, reloader, settings)
     try:
-        return _serve(settings, env, metrics, probe, endpoints, stop)
+        ending = _serve(settings, env, metrics, probe, endpoints, stop, supervisor, reloads)
     finally:
         endpoints.close()
+    if ending is Ending.RELOAD:
+        return _reexec(supervisor, reexec)
+    supervisor.stopping()
+    notifier.close()
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Reloads:
+    requested: threading.Event  # set by SIGHUP
+    reloader: Reloader | None
+    current: Settings  # as the command line gave them (before the Node's allocatable is added)
+
+    def wanted(self, supervisor: Supervisor) -> bool:
+        return _wanted_reload(self.requested, self.reloader, self.current, supervisor)
 
 
 def _serve(
@@ -219,8 +366,11 @@ def _serve(
     probe: StartupProbe,
     endpoints: Endpoints,
     stop: threading.Event,
-) -> int:
-    """The daemon's life once its endpoints answer: the node, the sources, the loop until SIGTERM."""
+    supervisor: Supervisor,
+    reloads: _Reloads,
+) -> Ending:
+    """The daemon's life once its endpoints answer: the node, the sources, the loop until SIGTERM or a
+    reload with new settings."""
     node = settings.node_name or os.environ.get("NODE_NAME")
     # the namespaces' LimitRanges bound the annotations wherever one can be honoured (annotationNamespaces
     # not []): from the API (agent.daemon.limitranges) or the manifest directory
@@ -249,9 +399,9 @@ def _serve(
         api = limit(api_client(settings.kubeconfig, connections=API_CONNECTIONS), TokenBucket(settings.api_qps, settings.api_burst))
         server = APIServer(api)
         probe.waiting(f"waiting for node {node} from the API server")
-        info = _wait_for_node(server, node, settings, stop)
+        info = _wait_for_node(server, node, settings, lambda delay: supervisor.wait(stop, delay))
         if info is None:
-            return 0
+            return Ending.STOPPED
         settings = replace(settings, allocatable=info.allocatable, kubepods_size=info.kubepods)
         kubelet_version = info.kubelet_version
         log.info(
@@ -307,6 +457,7 @@ def _serve(
     daemon.status_hooks = context.on_statuses
     daemon.membership_hooks = context.on_pods
     probe.attach(Probe(daemon.healthy, daemon.ready))
+    supervisor.pods = daemon.pod_count
     log.info(
         "started",
         endpoints=list(endpoints.addresses),
@@ -318,11 +469,18 @@ def _serve(
     for component in components:
         component.start(stop)
         log.info("component.started", component=component.name)
-    while not stop.wait(0.5):
-        pass
-    log.info("stopping")
+    ending = Ending.STOPPED
+    while not supervisor.wait(stop, TICK_S):
+        if reloads.wanted(supervisor):
+            ending = Ending.RELOAD
+            supervisor.reloading()
+            break
+    if ending is Ending.STOPPED:
+        supervisor.stopping()
+    # a reload stops as SIGTERM does: the current steps finish, the state is flushed, reports are sent
+    log.info("stopping", reason=ending.value)
     daemon.shutdown()
     for component in components:
         component.join(10.0)
-    log.info("stopped")
-    return 0
+    log.info("stopped", reason=ending.value)
+    return ending

@@ -230,6 +230,11 @@ class Daemon:
         with self._lock:
             return [e.raw for e in self._cache.values() if e.raw is not None]
 
+    def pod_count(self) -> int:
+        """How many pods the node has as last seen (unreadable ones too)."""
+        with self._lock:
+            return len(self._cache)
+
     def _views(self) -> list[PodView]:
         """Every pod bound here, terminal ones too: they count in the tiers until known gone."""
         with self._lock:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -64,9 +64,12 @@ def api_pod(node: ResizeNode, name: str) -> dict[str, Any]:
 class Daemon:
     """One `kube-cgroup-agent run` process (or the command `argv` names); stopped by its PID."""
 
-    def __init__(self, config: Path, log: Path, argv: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, config: Path, log: Path, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+    ) -> None:
         self.config = config
         self.argv = list(argv) if argv is not None else ["run", "--config", str(config)]
+        self.environ = dict(environ or {})  # added to this process's environment (NOTIFY_SOCKET, ...)
         self.log_path = log
         self.proc: subprocess.Popen[bytes] | None = None
         self._offset = 0
@@ -81,7 +84,7 @@ class Daemon:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=REPO,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.environ},
             )
         return self
 
