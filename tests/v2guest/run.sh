@@ -169,12 +169,25 @@ tar -C "$ROOT" -cf - --exclude=./.venv --exclude=./.git --exclude=__pycache__ --
     --exclude=.ruff_cache --exclude=.pytest_cache --exclude=.hypothesis --exclude=./build . \
   | tar -C "$WORK/src" -xf -
 cp "$HERE/guest/run-tests.sh" "$WORK/ci/run.sh"
+# The project's wheel, for the test that installs the agent as a bare node does (a venv + the shipped unit:
+# test_agent_unit_guest.py); built from a scratch copy so that neither tree gets build/ or egg-info. The
+# guest cannot build it: no index, and its setuptools is older than pyproject.toml's build requirement.
+mkdir -p "$WORK/ci/wheel" "$WORK/wheel-src"
+tar -C "$WORK/src" -cf - . | tar -C "$WORK/wheel-src" -xf -
+if ! "$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation --no-index \
+    -w "$WORK/ci/wheel" "$WORK/wheel-src" > "$WORK/wheel.log" 2>&1 \
+  && ! "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$WORK/ci/wheel" "$WORK/wheel-src" \
+    >> "$WORK/wheel.log" 2>&1; then
+  grep -v 'is ignored: it is neither a file nor a directory' "$WORK/wheel.log" | tail -n 20
+  log "no wheel of the project: the bare-node unit test will fail saying so"
+fi
+rm -rf "$WORK/wheel-src"
 if [ -n "${KCA_V2GUEST_PYTEST_ARGS:-}" ]; then
   # shell-style words (quotes allowed), one argument a line
   python3 -c 'import shlex, sys; print("\n".join(shlex.split(sys.argv[1])))' "$KCA_V2GUEST_PYTEST_ARGS" \
     > "$WORK/ci/pytest-args"
 fi
-log "project copy: $(du -sh "$WORK/src" | cut -f1)"
+log "project copy: $(du -sh "$WORK/src" | cut -f1); wheel: $(ls "$WORK/ci/wheel" 2>/dev/null || true)"
 
 step "booting the guest (TCG, ${SMP} vCPU, ${MEM} MiB, timeout ${TIMEOUT} s)"
 QEMU_PIDFILE=$WORK/qemu.pid
