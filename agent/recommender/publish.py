@@ -4,7 +4,8 @@ own, its NodeHistory (cluster-scoped, named after the node, one entry per VPA, e
 one compact string: `wire.py`), labelled `vpa.kube-cgroup-agent.io/<hash of namespace/name>` for each VPA it
 holds. One node per VPA — the holder of the Lease `kcg-rec-<vpa>` in the VPA's namespace — lists the
 NodeHistories of that VPA by its label, merges them (decaying histograms with a common reference add) and
-writes `status.recommendation` and the conditions RecommendationProvided / LowConfidence when they changed.
+writes `status.recommendation` and the conditions RecommendationProvided / LowConfidence when a target, a
+condition or a bound beyond one histogram bucket changed (`worth_writing`).
 
 Why one object per node and not per VPA and node: at 5,000 nodes and 150,000 pods, (VPA, node) pairs run to
 150,000 objects — each with its own metadata and managed fields, about 1 KiB before any history — and as many
@@ -37,7 +38,7 @@ from agent.infra.apiserver import MERGE_PATCH, APIServer, path
 from agent.infra.lease import LeaseView, acquire_lease, micro, release
 from agent.infra.logging import get_logger
 from agent.recommender import wire
-from agent.recommender.config import RecommenderSettings
+from agent.recommender.config import BUCKET_GROWTH, RecommenderSettings
 from agent.recommender.estimate import recommend
 from agent.recommender.model import ContainerHistory
 from agent.recommender.render import as_vpa
@@ -157,11 +158,46 @@ def status_for(settings: RecommenderSettings, merged: Mapping[str, ContainerHist
 
 def comparable(status: Mapping[str, Any] | None) -> Any:
     """A status as far as a write would change it: the recommendation and the conditions, without their
-    times (a holder writes only what changed)."""
+    times."""
     status = status or {}
     conditions = [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
                   if isinstance(c, Mapping)]
     return {"recommendation": status.get("recommendation"), "conditions": sorted(conditions, key=lambda c: str(c.get("type")))}
+
+
+def _quantities(status: Mapping[str, Any] | None) -> dict[tuple[str, str, str], float] | None:
+    """(container, field, resource) -> value of a status's recommendation; None when unreadable."""
+    from kubernetes.utils import parse_quantity
+
+    out: dict[tuple[str, str, str], float] = {}
+    try:
+        for c in ((status or {}).get("recommendation") or {}).get("containerRecommendations") or []:
+            for fld in ("target", "lowerBound", "upperBound", "uncappedTarget"):
+                for res, q in (c.get(fld) or {}).items():
+                    out[(str(c.get("containerName")), fld, str(res))] = float(parse_quantity(q))
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return out
+
+
+def worth_writing(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether a holder writes `new` over `old`: a target that moved, a container or condition that changed,
+    or a bound that moved by more than one histogram bucket. Why not every change: the bounds widen with
+    the confidence, which grows with every interval of history, so they move a little at every merge — and
+    a write a VPA an interval is what upstream's recommender costs (a watch event to every VPA watcher);
+    a bound one bucket stale decides nothing."""
+    if comparable(old)["conditions"] != comparable(new)["conditions"]:
+        return True
+    a, b = _quantities(old), _quantities(new)
+    if a is None or b is None or a.keys() != b.keys():
+        return True
+    for key, x in a.items():
+        y = b[key]
+        if key[1] == "target" and x != y:
+            return True
+        if abs(x - y) > BUCKET_GROWTH * max(abs(x), abs(y)):
+            return True
+    return False
 
 
 # ---- shell ----
@@ -184,7 +220,7 @@ class Publisher:
     _members: dict[str, set[str]] = field(default_factory=dict)  # VPA key -> pod keys it selected here
     _leases: dict[tuple[str, str], LeaseView] = field(default_factory=dict)  # what each acquire learnt
     _held: set[tuple[str, str]] = field(default_factory=set)  # (namespace, VPA) whose Lease this node holds
-    _written: dict[str, Any] = field(default_factory=dict)  # VPA key -> the comparable status last written
+    _written: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # VPA key -> the status it last wrote
     _version: str | None = None  # the NodeHistory's resourceVersion after this node's last write
     _owner: Mapping[str, Any] | None = None  # the Node's ownerReference, once read
     writes: int = 0
@@ -282,12 +318,11 @@ class Publisher:
         if bad:
             log.warning("recommender.bad_history", vpa=key, nodes=bad)
         status = status_for(self.state.settings, merged, self.clock(), self.node, len(nodes))
-        seen = comparable(status)
-        if seen == self._written.get(key) or seen == comparable(vpa.get("status")):
-            self._written[key] = seen
+        last = self._written.get(key, vpa.get("status"))
+        if not worth_writing(last, status):
             return False
         co.patch(_path(VPA, ns, name, "status"), {"status": status}, MERGE_PATCH)
-        self._written[key] = seen
+        self._written[key] = status
         self.writes += 1
         return True
 

@@ -15,7 +15,16 @@ from agent.pods.parse import parse_pod
 from agent.recommender import wire
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.model import ContainerHistory
-from agent.recommender.publish import HISTORY, VPA, Publisher, lease_seconds, selects, status_for, vpa_label
+from agent.recommender.publish import (
+    HISTORY,
+    VPA,
+    Publisher,
+    lease_seconds,
+    selects,
+    status_for,
+    vpa_label,
+    worth_writing,
+)
 from agent.recommender.state import RecommenderState
 from agent.recommender.trace import Sample
 from tests.support.fakeapi.cluster import FakeCluster
@@ -302,3 +311,48 @@ def test_a_restarted_node_rewrites_its_object_over_the_one_it_left(api: tuple[Fa
     obj = cluster.get(*HISTORY, "", "n1")
     assert obj is not None and obj["spec"]["updated"].startswith("2025-11-2")
     assert cluster.count("POST", "/nodehistories") == 1
+
+
+def _status(target: str = "100m", lower: str = "50m", upper: str = "400m", message: str = "merged by n1 from 2 node(s)") -> dict[str, Any]:
+    return {"recommendation": {"containerRecommendations": [{
+        "containerName": "app", "target": {"cpu": target, "memory": "256Mi"}, "lowerBound": {"cpu": lower, "memory": "200Mi"},
+        "upperBound": {"cpu": upper, "memory": "1Gi"}, "uncappedTarget": {"cpu": target, "memory": "256Mi"}}]},
+        "conditions": [{"type": "RecommendationProvided", "status": "True", "reason": "", "message": message,
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "written"),
+    [
+        (None, _status(), True),  # nothing yet
+        (_status(), _status(), False),
+        (_status(), {**_status(), "conditions": [{**_status()["conditions"][0], "lastTransitionTime": "2027-01-01T00:00:00Z"}]}, False),
+        (_status(), _status(target="101m"), True),  # a target, however small the move
+        (_status(), _status(upper="410m"), False),  # a bound within one bucket (5 %): the confidence's drift
+        (_status(), _status(upper="430m"), True),  # beyond a bucket
+        (_status(), _status(lower="40m"), True),
+        (_status(), _status(message="merged by n2 from 2 node(s)"), True),  # another holder says so
+        ({"recommendation": {"containerRecommendations": [{"containerName": "app", "target": {"cpu": "x"}}]}}, _status(), True),
+    ],
+)
+def test_a_holder_writes_a_status_only_when_it_says_something_new(old: Any, new: dict[str, Any], written: bool) -> None:
+    assert worth_writing(old, new) is written
+
+
+def test_bounds_that_only_drift_with_the_confidence_are_not_rewritten_every_interval(
+    api: tuple[FakeCluster, client.ApiClient],
+) -> None:
+    """Three days into a steady load, the bounds still narrow a little with every interval of history (the
+    confidence grows): the holder writes when something moved a bucket, not at every merge."""
+    cluster, c = api
+    state = _state("a", 0.2, 3 * 1440)
+    now = [T0 + 3 * 86_400]
+    a = Publisher(c, "n1", state, lambda: [_pod("a", "n1")], _vpas(c), clock=lambda: now[0])
+    writes = 0
+    for _ in range(24):  # two hours
+        for k in range(5):  # the same steady load between merges
+            state.observe(Sample(now[0] + 60 * k, "shop/a", "app", cpu=0.2, memory=400e6))
+        now[0] += S.recommender_interval_s
+        writes += len(a.step())
+    patched = cluster.count("PATCH", "/verticalpodautoscalers/api/status")
+    assert writes == patched and 1 <= writes <= 2, writes
