@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from agent.core.model import CPUWeightFormula, Resources
 from agent.infra.durations import parse_duration_us
@@ -205,10 +205,17 @@ def parse_namespaces(v: object) -> frozenset[str] | None:
     return None if "*" in v else frozenset(v)
 
 
-def choice(*allowed: str) -> Callable[[object], str]:
-    def convert(v: object) -> str:
-        if str(v) not in allowed:
-            raise ValueError(f"{v!r} is not one of {', '.join(allowed)}")
+class Choice:
+    """A parser of one of a few words; `allowed` is what the configuration reference shows as its type."""
+
+    def __init__(self, *allowed: str) -> None:
+        self.allowed = allowed
+
+    def __call__(self, v: object) -> str:
+        if str(v) not in self.allowed:
+            raise ValueError(f"{v!r} is not one of {', '.join(self.allowed)}")
         return str(v)
 
-    return convert
+
+def choice(*allowed: str) -> Choice:
+    return Choice(*allowed)

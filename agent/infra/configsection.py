@@ -1,5 +1,8 @@
 """One section of the config file (`vpa:`, `rollout:`): the frame every section parser shares, and the
-value checks they repeat. Every problem of a section is reported at once, each as `section.key: why`."""
+value checks they repeat. Every problem of a section is reported at once, each as `section.key: why`.
+
+`doc` gives a settings field its one-line meaning (and how to show its type and default): the configuration
+reference, docs/configuration.md (`python -m agent.config.reference`), is generated from these."""
 
 from __future__ import annotations
 
@@ -10,6 +13,16 @@ from typing import Any, TypeVar
 from agent.infra.durations import parse_duration_us
 
 T = TypeVar("T")
+
+
+def doc(text: str, *, default: str | None = None, kind: str | None = None, key: str | None = None) -> dict[str, str]:
+    """A settings field's metadata (`field(default=..., metadata=doc(...))`): `text`, its meaning in one line;
+    `default`, the default as the reference shows it when the value itself does not say it (unset, or a YAML
+    form other than the field's); `kind`, its type where the field's Python type does not say it; `key`, the
+    name the reference shows when several keys set the field."""
+    extra = (("default", default), ("kind", kind), ("key", key))
+    return {"doc": text} | {name: value for name, value in extra if value is not None}
+
 
 KeyParser = Callable[[str, object], dict[str, Any]]
 """(key, value) -> the dataclass fields it sets; ValueError (the reason) for a bad value or unknown key."""

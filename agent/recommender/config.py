@@ -4,9 +4,10 @@ under `recommender:`), with VPA's defaults and where each comes from."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
+from agent.infra.configsection import doc
 from agent.infra.durations import parse_duration_us
 
 if TYPE_CHECKING:  # the histograms are loaded by what samples or recommends, not by every command's settings
@@ -26,36 +27,61 @@ DAY_S: Final = 86_400.0
 class RecommenderSettings:
     """The `recommender` section: the local sampler and the VPA recommender's own knobs."""
 
-    enabled: bool = False  # the sampler in the daemon; `recommend --samples` works regardless
-    sample_interval_s: float = 1.0  # the node samples CPU every second (VPA: metrics once a minute)
+    enabled: bool = field(default=False, metadata=doc(
+        "the sampler in the daemon (CPU on every node); `recommend --samples` works regardless"))
+    sample_interval_s: float = field(default=1.0, metadata=doc(
+        "how often the node's kernel counters are sampled (VPA: metrics once a minute)"))
     # --recommender-interval (VPA: 1 minute): each node publishes its histories and each holder merges once an
     # interval; 5 minutes keeps the writes of 5,000 nodes under 20 a second (publish.py)
-    recommender_interval_s: float = 300.0
+    recommender_interval_s: float = field(default=300.0, metadata=doc(
+        "VPA's `--recommender-interval` (1m there): each node publishes its NodeHistory and each Lease holder "
+        "merges once an interval"))
     # --cpu-histogram-decay-half-life / --memory-histogram-decay-half-life (aggregations_config.go: 24h)
-    cpu_histogram_decay_half_life_s: float = DAY_S
-    memory_histogram_decay_half_life_s: float = DAY_S
+    cpu_histogram_decay_half_life_s: float = field(default=DAY_S, metadata=doc(
+        "VPA's `--cpu-histogram-decay-half-life`: a CPU sample's weight halves every this long"))
+    memory_histogram_decay_half_life_s: float = field(default=DAY_S, metadata=doc(
+        "VPA's `--memory-histogram-decay-half-life`"))
     # --memory-aggregation-interval (24h) and --memory-aggregation-interval-count (8): the memory window
-    memory_aggregation_interval_s: float = DAY_S
-    memory_aggregation_interval_count: int = 8
+    memory_aggregation_interval_s: float = field(default=DAY_S, metadata=doc(
+        "VPA's `--memory-aggregation-interval`: memory is the peak of each interval"))
+    memory_aggregation_interval_count: int = field(default=8, metadata=doc(
+        "VPA's `--memory-aggregation-interval-count`: the intervals kept (the memory window)"))
     # --target-cpu-percentile 0.9, --recommendation-lower-bound-cpu-percentile 0.5, upper 0.95 (recommender.go)
-    target_cpu_percentile: float = 0.9
-    recommendation_lower_bound_cpu_percentile: float = 0.5
-    recommendation_upper_bound_cpu_percentile: float = 0.95
-    target_memory_percentile: float = 0.9
-    recommendation_lower_bound_memory_percentile: float = 0.5
-    recommendation_upper_bound_memory_percentile: float = 0.95
-    recommendation_margin_fraction: float = 0.15  # --recommendation-margin-fraction
-    pod_recommendation_min_cpu_millicores: float = 25.0  # --pod-recommendation-min-cpu-millicores
-    pod_recommendation_min_memory_mb: float = 250.0  # --pod-recommendation-min-memory-mb (×1024×1024 in VPA)
-    confidence_interval_cpu_s: float = DAY_S  # --confidence-interval-cpu
-    confidence_interval_memory_s: float = DAY_S  # --confidence-interval-memory
-    oom_bump_up_ratio: float = 1.2  # --oom-bump-up-ratio (model/container.go DefaultOOMBumpUpRatio)
-    oom_min_bump_up_bytes: float = 100 * 1024 * 1024  # --oom-min-bump-up-bytes (DefaultOOMMinBumpUp, 100 MiB)
+    target_cpu_percentile: float = field(default=0.9, metadata=doc("VPA's `--target-cpu-percentile`"))
+    recommendation_lower_bound_cpu_percentile: float = field(default=0.5, metadata=doc(
+        "VPA's `--recommendation-lower-bound-cpu-percentile`"))
+    recommendation_upper_bound_cpu_percentile: float = field(default=0.95, metadata=doc(
+        "VPA's `--recommendation-upper-bound-cpu-percentile`"))
+    target_memory_percentile: float = field(default=0.9, metadata=doc("VPA's `--target-memory-percentile`"))
+    recommendation_lower_bound_memory_percentile: float = field(default=0.5, metadata=doc(
+        "VPA's `--recommendation-lower-bound-memory-percentile`"))
+    recommendation_upper_bound_memory_percentile: float = field(default=0.95, metadata=doc(
+        "VPA's `--recommendation-upper-bound-memory-percentile`"))
+    recommendation_margin_fraction: float = field(default=0.15, metadata=doc(
+        "VPA's `--recommendation-margin-fraction`: added to every estimate"))
+    pod_recommendation_min_cpu_millicores: float = field(default=25.0, metadata=doc(
+        "VPA's `--pod-recommendation-min-cpu-millicores`: a pod's minimum, shared by its containers"))
+    pod_recommendation_min_memory_mb: float = field(default=250.0, metadata=doc(  # ×1024×1024 in VPA
+        "VPA's `--pod-recommendation-min-memory-mb` (MiB): a pod's minimum, shared by its containers"))
+    confidence_interval_cpu_s: float = field(default=DAY_S, metadata=doc(
+        "VPA's `--confidence-interval-cpu`: the history that gives full confidence in the CPU bounds"))
+    confidence_interval_memory_s: float = field(default=DAY_S, metadata=doc(
+        "VPA's `--confidence-interval-memory`"))
+    oom_bump_up_ratio: float = field(default=1.2, metadata=doc(  # model/container.go DefaultOOMBumpUpRatio
+        "VPA's `--oom-bump-up-ratio`: an OOM is a memory sample of max(used + oomMinBumpUpBytes, ratio × used)"))
+    oom_min_bump_up_bytes: float = field(default=100 * 1024 * 1024, metadata=doc(  # DefaultOOMMinBumpUp, 100 MiB
+        "VPA's `--oom-min-bump-up-bytes` (`oomMinBumpUp` too)", key="oomMinBumpUpBytes"))
     # Beyond VPA, off by default where they change the model:
-    cpu_starvation: bool = False  # a throttled container's CPU sample is taken at its limit
-    throttle_threshold: float = 0.2  # fraction of CFS periods throttled above which a sample is starved
-    react_to_oom: bool = True  # an OOM kill seen on the node is recorded at once (not at the next minute)
-    state_file: str = "recommender.json"  # under stateDir
+    cpu_starvation: bool = field(default=False, metadata=doc(
+        "beyond VPA: a container throttled in more than `throttleThreshold` of its periods has its CPU sample "
+        "taken at its limit, since throttling hides its demand"))
+    throttle_threshold: float = field(default=0.2, metadata=doc(
+        "the fraction of CFS periods throttled above which a sample is starved (`cpuStarvation`)"))
+    react_to_oom: bool = field(default=True, metadata=doc(
+        "beyond VPA: an OOM kill seen on the node is recorded at once (not at the next minute) and handed to "
+        "the VPA actuator's hook"))
+    state_file: str = field(default="recommender.json", metadata=doc(
+        "the histograms' file, under `stateDir`"))
 
     @property
     def cpu_options(self) -> ExponentialOptions:

@@ -10,10 +10,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
 
-from agent.infra.configsection import as_bool, as_seconds, parse_section
+from agent.infra.configsection import as_bool, as_seconds, doc, parse_section
 
 if TYPE_CHECKING:
     from agent.rollout.eligibility import Options
@@ -23,11 +23,15 @@ if TYPE_CHECKING:
 class RolloutSettings:
     """The `rollout` section: graceful in-place updates of workloads."""
 
-    enabled: bool = False
-    metadata_in_place: bool = False
-    resources_in_place: bool = False
-    ready_timeout_s: float = 300.0
-    allow_without_admission_policy: bool = False
+    enabled: bool = field(default=False, metadata=doc("watch the StatefulSets and DaemonSets that opt in"))
+    metadata_in_place: bool = field(default=False, metadata=doc(
+        "template labels/annotations patched on the pod (the admission policy must then allow those labels)"))
+    resources_in_place: bool = field(default=False, metadata=doc(
+        "container resources changed through `pods/resize`"))
+    ready_timeout_s: float = field(default=300.0, metadata=doc(
+        "an updated pod not Ready at the new revision by then halts the rollout"))
+    allow_without_admission_policy: bool = field(default=False, metadata=doc(
+        "run where the ValidatingAdmissionPolicy API is missing (Kubernetes < 1.30)"))
 
     def options(self) -> Options:
         from agent.rollout.eligibility import Options  # loaded by the rollout, not by the settings
@@ -41,6 +45,10 @@ _BOOLS = {
     "resourcesInPlace": "resources_in_place",
     "allowWithoutAdmissionPolicy": "allow_without_admission_policy",
 }
+
+
+KEYS: Final = _BOOLS | {"readyTimeout": "ready_timeout_s"}
+"""The section's keys and the fields they set (`_rollout_key` parses each)."""
 
 
 def _rollout_key(key: str, value: object) -> dict[str, Any]:

@@ -14,10 +14,10 @@ watch of the node, stops every new VPA-driven change there; nothing already appl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from agent.infra.configsection import as_bool, as_seconds, parse_section
+from agent.infra.configsection import as_bool, as_seconds, doc, parse_section
 from agent.vpa.defaults import MIN_CHANGE, POD_LIFETIME_S
 
 if TYPE_CHECKING:
@@ -30,12 +30,20 @@ PANIC_LABEL: Final = "kube-cgroup-agent.io/vpa"  # value "off" on the node
 class VPASettings:
     """The `vpa` section: VPA recommendations applied in place."""
 
-    enabled: bool = False
-    actuate_all: bool = False
-    treat_recreate_as_in_place: bool = False
-    pod_lifetime_s: float = POD_LIFETIME_S
-    min_change: float = MIN_CHANGE
-    usage_margin: float = 0.1
+    enabled: bool = field(default=False, metadata=doc(
+        "watch VPAs and apply the recommendations of those that opt in; off: no VPA watch, nothing VPA-driven"))
+    actuate_all: bool = field(default=False, metadata=doc(
+        "`all`: every VPA, without the `kube-cgroup-agent.io/vpa-actuator: node` annotation",
+        default="`opted-in`", kind="`opted-in` or `all`"))
+    treat_recreate_as_in_place: bool = field(default=False, metadata=doc(
+        "act for `Auto` and `Recreate` VPAs too (their updater would evict; the agent never does)"))
+    pod_lifetime_s: float = field(default=POD_LIFETIME_S, metadata=doc(
+        "VPA's `--pod-lifetime-update-threshold`: a younger pod is resized only when a request is outside the "
+        "recommended bounds, or after a quick OOM"))
+    min_change: float = field(default=MIN_CHANGE, metadata=doc(
+        "VPA's `--min-change-priority`: the summed relative change that resizes an older pod"))
+    usage_margin: float = field(default=0.1, metadata=doc(
+        "a memory limit never goes below the working set × (1 + this)"))
 
     def options(self) -> Options:
         from agent.vpa.policy import Options  # the policy is loaded by what acts on VPAs, not by the settings
@@ -47,6 +55,17 @@ class VPASettings:
             self.min_change,
             self.usage_margin,
         )
+
+
+KEYS: Final = {
+    "enabled": "enabled",
+    "actuate": "actuate_all",
+    "treatRecreateAsInPlace": "treat_recreate_as_in_place",
+    "podLifetimeThreshold": "pod_lifetime_s",
+    "minChange": "min_change",
+    "memoryUsageMargin": "usage_margin",
+}
+"""The section's keys and the fields they set (`_vpa_key` parses each)."""
 
 
 def _vpa_key(key: str, value: object) -> dict[str, Any]:
