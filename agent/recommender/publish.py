@@ -37,6 +37,7 @@ from agent.core.model import PodView
 from agent.infra.apiserver import MERGE_PATCH, APIServer, path
 from agent.infra.lease import LeaseView, acquire_lease, micro, release
 from agent.infra.logging import get_logger
+from agent.pods.quantity import parse
 from agent.recommender import wire
 from agent.recommender.config import BUCKET_GROWTH, RecommenderSettings
 from agent.recommender.estimate import recommend
@@ -167,14 +168,12 @@ def comparable(status: Mapping[str, Any] | None) -> Any:
 
 def _quantities(status: Mapping[str, Any] | None) -> dict[tuple[str, str, str], float] | None:
     """(container, field, resource) -> value of a status's recommendation; None when unreadable."""
-    from kubernetes.utils import parse_quantity
-
     out: dict[tuple[str, str, str], float] = {}
     try:
         for c in ((status or {}).get("recommendation") or {}).get("containerRecommendations") or []:
             for fld in ("target", "lowerBound", "upperBound", "uncappedTarget"):
                 for res, q in (c.get(fld) or {}).items():
-                    out[(str(c.get("containerName")), fld, str(res))] = float(parse_quantity(q))
+                    out[(str(c.get("containerName")), fld, str(res))] = float(parse(q, f"{fld}.{res}"))
     except (ValueError, TypeError, AttributeError):
         return None
     return out
