@@ -48,7 +48,7 @@ e2e: venv image
 e2e-v2: venv
 	bash tests/v2guest/run.sh
 
-# The agent beside a real v1.36 kubelet on this machine (outside CI; README "A real cluster").
+# The agent beside a real v1.36 kubelet on this machine (outside CI; docs/development.md, "A real cluster").
 e2e-k8s: venv image
 	bash tests/e2e_k8s/run.sh
 

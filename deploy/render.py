@@ -30,7 +30,7 @@ HEADER = """\
 # GENERATED from the kustomize base in deploy/ by `python3 deploy/render.py`: edit deploy/base/ (the image
 # tag: deploy/base/kustomization.yaml), then run it (a test fails when this file differs from what deploy/ renders).
 # A new RBAC rule: one item, with a comment saying why, in deploy/base/rbac.yaml.
-# The image: `make image` builds kube-cgroup-agent:<version> as an OCI archive (README, "The image").
+# The image: `make image` builds kube-cgroup-agent:<version> as an OCI archive (docs/installation.md, "The image").
 """
 
 

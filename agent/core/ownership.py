@@ -2,7 +2,7 @@
 
 Why: on a node whose kubelet already actuates a thing (in-place resize, pod-level resources,
 qos-reserved), an agent that also writes it fights the kubelet over the same file. `auto` decides from
-the kubelet's version and feature gates; the table is written down in the README. Pure.
+the kubelet's version and feature gates; the table is written down in docs/ownership.md. Pure.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from bench.scale.api import Client, Credentials
 KIT = Path(os.environ.get("RK_KIT", "/var/cache/realk8s"))
 HOME = Path(os.environ.get("SCALE_RK", "/var/cache/realk8s-scale"))
 HOWTO = ("make scale: no kit binaries in {bin} (kube-apiserver): build them once with "
-         "`bash tests/e2e_k8s/build_kit.sh GIT_DIR` (README, 'A real cluster'), or set RK_KIT")
+         "`bash tests/e2e_k8s/build_kit.sh GIT_DIR` (docs/development.md, 'A real cluster'), or set RK_KIT")
 ADMIN = "scale-admin"
 
 AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1

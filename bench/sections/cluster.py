@@ -168,7 +168,7 @@ def _vpa_admission(d: dict[str, Any]) -> list[str]:
         return []
     lines = [
         "",
-        "VPA at pod creation (`test_vpa_admission.py`; README, \"VPA at pod creation\"): the MutatingAdmissionPolicy",
+        "VPA at pod creation (`test_vpa_admission.py`; docs/admission.md): the MutatingAdmissionPolicy",
         f"and the node agent's agent/vpa/policy.py set the same requests and limits in {d.get('vpa_admission_rows', '?')} of",
         f"{d.get('vpa_admission_rows', '?')} rows (modes × controlledValues × container policies × QoS, each pod created",
         "through the real admission chain with server-side dry run). A pod create, timed end to end through the",

@@ -10,7 +10,7 @@
 # kube-cgroup-agent:<version>; the name is also a label, so two names make two images, as two releases would).
 # Reproducible: every timestamp is the commit's time (SOURCE_DATE_EPOCH); two builds of one commit on one
 # machine give the same digest (the base root is cached; a new debootstrap on another day may fetch newer
-# Debian packages, which changes layer 1 — see README "The image").
+# Debian packages, which changes layer 1 — see docs/installation.md, "The image").
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$REPO/dist/kube-cgroup-agent-image.tar}

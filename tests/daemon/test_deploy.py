@@ -200,7 +200,7 @@ def test_the_daemonset_runs_everywhere_with_only_the_privileges_it_needs() -> No
     assert next(v for v in spec.volumes if v.name == "dbus").host_path.type == "DirectoryOrCreate"
     # the runtime's default AppArmor profile refuses D-Bus where the kernel mediates it; seccomp stays default
     assert sc.app_armor_profile.type == "Unconfined"
-    # the daemon's measured RSS fits its request, and a command beside it fits the limit (README)
+    # the daemon's measured RSS fits its request, and a command beside it fits the limit (docs/production.md)
     from kubernetes.utils import parse_quantity
 
     assert parse_quantity(c.resources.requests["memory"]) >= 171 * 2**20  # measured in the pod

@@ -4,7 +4,7 @@
 # cgroup v1 node realk8s-node (this host) and the cgroup v2 + systemd node realk8s-v2 (a qemu guest), imports
 # `make image` on both and applies deploy/overlays/realk8s; then tests/e2e_k8s runs; cluster.sh down stops
 # everything by PID, whatever the tests did. Needs the binaries of tests/e2e_k8s/build_kit.sh in $RK/bin
-# (README: "A real cluster"); exit 2 with the how-to when they are missing.
+# (docs/development.md, "A real cluster"); exit 2 with the how-to when they are missing.
 #   PYTEST_ARGS="-k oracle" make e2e-k8s      # a part; KCG_BESIDE_S=60 shortens the five-minute run
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,7 +13,7 @@ TOOLS=${REALK8S_TOOLS:-$(cd .. && pwd)/shared/tools/realk8s}
 [ -x "$TOOLS/start.sh" ] || { echo "e2e-k8s: no cluster kit at $TOOLS (REALK8S_TOOLS)" >&2; exit 2; }
 for bin in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
   if [ ! -x "$RK/bin/$bin" ]; then
-    echo "e2e-k8s: no $RK/bin/$bin: build the kit with tests/e2e_k8s/build_kit.sh GIT_DIR (README, \"A real cluster\")" >&2
+    echo "e2e-k8s: no $RK/bin/$bin: build the kit with tests/e2e_k8s/build_kit.sh GIT_DIR (docs/development.md, \"A real cluster\")" >&2
     exit 2
   fi
 done

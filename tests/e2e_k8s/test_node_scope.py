@@ -1,5 +1,5 @@
 """On the real v1.36 API server: what a node's token may read now that each agent reads only what its own
-pods need (README "At scale"), the keeper's VPA writes confined to the target label by its own
+pods need (docs/scale.md), the keeper's VPA writes confined to the target label by its own
 ValidatingAdmissionPolicy, and a node's NodeHistory writable only by that node's agent (the CEL evaluated by
 the real API server, through impersonation)."""
 

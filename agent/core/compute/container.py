@@ -33,7 +33,7 @@ def compute_container(pod: PodView, c: ContainerView, cfg: ComputeConfig) -> Con
         if not mem_limit and pod.pod_limits.memory:
             mem_limit, mem_from_pod = pod.pod_limits.memory, True
     if cpu_request is None and cpu_limit is not None:
-        shares = milli_cpu_to_shares(cpu_limit)  # the create path; see README "where the kubelet disagrees"
+        shares = milli_cpu_to_shares(cpu_limit)  # the create path; see docs/kubelet-differences.md
     else:
         shares = milli_cpu_to_shares(cpu_request or 0)
     period = cfg.cpu_cfs_quota_period_us

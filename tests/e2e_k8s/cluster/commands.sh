@@ -10,7 +10,7 @@ up() {
   for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
     if [ ! -x "$B/$b" ]; then
       echo "cluster.sh: no $B/$b: build the kit first with" >&2
-      echo "  bash tests/e2e_k8s/build_kit.sh GIT_DIR_OF_openshift/microshift   (README, \"A real cluster\")" >&2
+      echo "  bash tests/e2e_k8s/build_kit.sh GIT_DIR_OF_openshift/microshift   (docs/development.md, \"A real cluster\")" >&2
       exit 2
     fi
   done
