@@ -308,9 +308,11 @@ def run(
         log.warning("kubelet_config.conflict", message=conflict)
 
     reload_requested = threading.Event()
+    terminated = threading.Event()  # SIGTERM or SIGINT: `stop` alone is also set by a reload's shutdown
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("signal", signal=signal.Signals(signum).name)
+        terminated.set()
         stop.set()
 
     def on_hangup(signum: int, frame: FrameType | None) -> None:
@@ -342,7 +344,7 @@ def run(
         ending = _serve(settings, env, metrics, probe, endpoints, stop, supervisor, reloads)
     finally:
         endpoints.close()
-    if ending is Ending.RELOAD:
+    if ending is Ending.RELOAD and not terminated.is_set():  # SIGTERM during a reload's shutdown: exit
         return _reexec(supervisor, reexec)
     supervisor.stopping()
     notifier.close()
