@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from agent.infra.errors import PermanentError
+
 PROG = "kubectl cgroup"
 # What deploy/base/daemonset.yaml deploys (tests/plugin checks these against it).
 NAMESPACE = "kube-cgroup-agent"
@@ -42,7 +44,7 @@ _TERMINATED = re.compile(rb"command terminated with exit code (\d+)\s*")  # kube
 _KLOG = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d")  # kubectl's own log lines (-v), not its error
 
 
-class PluginError(Exception):
+class PluginError(PermanentError):
     """A failure the user can act on: printed as one line, exit code 2."""
 
 

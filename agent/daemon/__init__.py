@@ -19,14 +19,12 @@ also speaks its notification protocol (agent.daemon.supervisor).
 
 from __future__ import annotations
 
-import enum
 import faulthandler
 import os
 import signal
-import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -38,8 +36,8 @@ from agent.core.ownership import Ownership, Thing, resolve
 from agent.daemon.components import ComponentFactory, DaemonContext
 from agent.daemon.core import Daemon, PodSource
 from agent.daemon.reconciler import Reconciler
+from agent.daemon.reload import Ending, Reloader, Reloads, Verdict, exec_self, judge, reexec_now
 from agent.daemon.supervisor import TICK_S, Supervisor
-from agent.infra.errors import user_message
 from agent.infra.logging import configure, get_logger
 from agent.infra.metrics import Endpoints, Metrics, Probe, StartupProbe
 from agent.infra.sdnotify import Notifier
@@ -107,97 +105,9 @@ def _cri(settings: Settings) -> ContainerUpdater | None:
     return updater
 
 
-class Ending(enum.Enum):
-    STOPPED = "stopped"  # SIGTERM: exit
-    RELOAD = "reload"  # SIGHUP with new valid settings: execute the command line again
-
-
-@dataclass(frozen=True, slots=True)
-class Reloader:
-    """How SIGHUP reads the settings again: the command line's own way (its config file, its flags)."""
-
-    config: str | None  # the file, for the log line
-    load: Callable[[], Settings]
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    settings: Settings | None  # None: refused or unchanged
-    problems: tuple[str, ...] = ()  # why it was refused
-    changed: tuple[str, ...] = ()  # the settings that differ (their field names)
-
-
-def changed_settings(old: Settings, new: Settings) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(Settings) if getattr(old, f.name) != getattr(new, f.name))
-
-
 def reload_verdict(current: Settings, load: Callable[[], Settings]) -> Verdict:
-    """Read the settings again and judge them: refused (invalid, or the daemon could not start with
-    them), unchanged, or new. Never raises: a reload must not end the daemon."""
-    try:
-        new = load()
-    except ConfigError as err:
-        return Verdict(None, tuple(err.problems))
-    except Exception as err:  # whatever reading them raised, the running daemon goes on
-        return Verdict(None, (user_message(err) or f"{type(err).__name__}: {err}",))
-    problems = check_settings(new)
-    if problems:
-        return Verdict(None, tuple(problems))
-    changed = changed_settings(current, new)
-    return Verdict(new if changed else None, (), changed)
-
-
-def _wanted_reload(
-    requested: threading.Event, reloader: Reloader | None, current: Settings, supervisor: Supervisor
-) -> bool:
-    """After SIGHUP: whether to restart with new settings (the verdict logged in one line)."""
-    if not requested.is_set():
-        return False
-    requested.clear()
-    if reloader is None:
-        log.warning("config.reload_unavailable", message="SIGHUP ignored: this daemon was not started from a command line")
-        return False
-    verdict = reload_verdict(current, reloader.load)
-    if verdict.problems:
-        log.error(
-            "config.reload_refused",
-            config=reloader.config,
-            problems=list(verdict.problems),
-            message="the configuration was not reloaded: the daemon goes on with the settings it started with",
-        )
-        supervisor.note = f"reload refused: {verdict.problems[0]}"
-        return False
-    supervisor.note = None
-    if verdict.settings is None:
-        log.info("config.reload", config=reloader.config, outcome="unchanged")
-        return False
-    log.info("config.reload", config=reloader.config, outcome="restarting", changed=list(verdict.changed))
-    return True
-
-
-def exec_self() -> None:
-    """Execute this process's own command line again (same PID, same environment and working directory);
-    raises OSError when the exec failed, never returns otherwise."""
-    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
-
-
-def _reexec(supervisor: Supervisor, reexec: Callable[[], None]) -> int:
-    supervisor.ping()  # the watchdog runs through a reload: the new process gets a whole interval
-    # a second SIGHUP before the new process has its handler must not end it (an ignored signal stays
-    # ignored across exec; the new process's handler replaces that)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    log.info("reload.exec", argv=[sys.executable, *sys.orig_argv[1:]])
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    try:
-        reexec()
-    except OSError as err:
-        log.error(
-            "reload.exec_failed",
-            error=user_message(err),
-            message="the daemon could not start itself again: it exits 1 (its service manager restarts it)",
-        )
-    return 1
+    """Read the settings again and judge them (agent.daemon.reload.judge) with this daemon's checks."""
+    return judge(current, load, check_settings)
 
 
 def _wait_for_node(server: Any, node: str, settings: Settings, wait: Callable[[float], bool]) -> Any:
@@ -339,26 +249,16 @@ def run(
     metrics.build_info.labels(version(), commit()).set(1)
     endpoints = Endpoints(metrics, probe.probe(), settings.metrics_bind_address, settings.health_bind_address)
     log.info("listening", endpoints=list(endpoints.addresses))
-    reloads = _Reloads(reload_requested, reloader, settings)
+    reloads = Reloads(reload_requested, reloader, settings, check_settings)
     try:
         ending = _serve(settings, env, metrics, probe, endpoints, stop, supervisor, reloads)
     finally:
         endpoints.close()
     if ending is Ending.RELOAD and not terminated.is_set():  # SIGTERM during a reload's shutdown: exit
-        return _reexec(supervisor, reexec)
+        return reexec_now(supervisor, reexec)
     supervisor.stopping()
     notifier.close()
     return 0
-
-
-@dataclass(frozen=True, slots=True)
-class _Reloads:
-    requested: threading.Event  # set by SIGHUP
-    reloader: Reloader | None
-    current: Settings  # as the command line gave them (before the Node's allocatable is added)
-
-    def wanted(self, supervisor: Supervisor) -> bool:
-        return _wanted_reload(self.requested, self.reloader, self.current, supervisor)
 
 
 def _serve(
@@ -369,7 +269,7 @@ def _serve(
     endpoints: Endpoints,
     stop: threading.Event,
     supervisor: Supervisor,
-    reloads: _Reloads,
+    reloads: Reloads,
 ) -> Ending:
     """The daemon's life once its endpoints answer: the node, the sources, the loop until SIGTERM or a
     reload with new settings."""
