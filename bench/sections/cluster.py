@@ -18,10 +18,18 @@ def _production_nodes(d: dict[str, Any]) -> list[str]:
                   "against `kube-cgroup-agent diff --all` run in the agent's pod on that node:", "",
                   "| node | values compared | pods | resizes | disagreements | systemd properties compared | disagreements |",
                   "|---|---|---|---|---|---|---|"]
+        reloads = {node: o for node, o in oracle.items() if node.endswith(" daemon-reload")}
         for node, o in sorted(oracle.items()):
+            if node in reloads:
+                continue
             props = o.get("unit_properties")
             lines.append(f"| {node} | {o['compared']} | {o['pods']} | {o['resizes']} | {o['disagreements']} | "
                          f"{'—' if props is None else props} | {'—' if props is None else o['unit_property_disagreements']} |")
+        for node, o in sorted(reloads.items()):
+            lines += ["", f"{node.removesuffix(' daemon-reload')} after `systemctl daemon-reload` (systemd re-applies every unit's "
+                      f"properties): {o['compared']} values compared, {o['disagreements']} disagreements; {o.get('two_forms', 0)} CPU "
+                      f"quotas that are not a whole percent (two forms: exact as runc {o.get('runc', '?')} writes it, rounded "
+                      f"to 10 ms as systemd keeps it), {o.get('exact_before', 0)} of them exact before the reload."]
     beside = d.get("beside") or {}
     if beside:
         lines += ["", "Beside the kubelet (`tests/e2e_k8s/test_beside_both_nodes.py`): arrivals, resizes up and down and",
