@@ -55,6 +55,7 @@ ELSEWHERE: tuple[Elsewhere, ...] = (
     Elsewhere("e2e_k8s", 8, "figure 8", "make e2e-k8s"),
     Elsewhere("resize_latency", 11, "figure 11", "make e2e-k8s"),
     Elsewhere("scale", 12, "figure 12", "make scale"),
+    Elsewhere("image_start", 13, "figure 13", "make image; python -m bench.image_start"),
     Elsewhere(
         "prepull",
         10,
