@@ -10,7 +10,8 @@
 # Environment:
 #   KCA_V2GUEST_CACHE        image cache (default /var/cache/kube-cgroup-agent/v2guest)
 #   KCA_V2GUEST_REBUILD=1    rebuild the image even when the cache has it
-#   KCA_V2GUEST_TIMEOUT      seconds for the whole guest run (default 600)
+#   KCA_V2GUEST_TIMEOUT      seconds for the whole guest run (default 900: the suite with the agent as a
+#                            systemd unit takes about 10 minutes under TCG)
 #   KCA_V2GUEST_BUILD_TIMEOUT seconds for an image build (default 900)
 #   KCA_V2GUEST_MEM / _SMP   guest memory in MiB (2048) / vCPUs (2)
 #   KCA_V2GUEST_PYTEST_ARGS  extra pytest arguments for the guest, shell-quoted (e.g. "-x -k 'memory or slice'")
@@ -20,7 +21,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 CACHE=${KCA_V2GUEST_CACHE:-/var/cache/kube-cgroup-agent/v2guest}
-TIMEOUT=${KCA_V2GUEST_TIMEOUT:-600}
+TIMEOUT=${KCA_V2GUEST_TIMEOUT:-900}
 BUILD_TIMEOUT=${KCA_V2GUEST_BUILD_TIMEOUT:-900}
 MEM=${KCA_V2GUEST_MEM:-2048}
 SMP=${KCA_V2GUEST_SMP:-2}
