@@ -211,20 +211,29 @@ class DecayingHistogram:
         }
 
     @classmethod
+    def restored(cls, options: ExponentialOptions, half_life_s: float, reference: float | None,
+                 weights: dict[int, float], total: float | None) -> DecayingHistogram:
+        """A histogram from its saved parts (checked by the caller); a total not saved is the weights' sum."""
+        out = cls(options, half_life_s, reference)
+        out.hist.weights = weights
+        out.hist.total = total if total is not None else sum(weights.values())
+        if weights:
+            out.hist.min_bucket, out.hist.max_bucket = min(weights), max(weights)
+            out.hist._update_range()
+        return out
+
+    @classmethod
     def from_dict(cls, options: ExponentialOptions, half_life_s: float, data: dict[str, object]) -> DecayingHistogram:
         ref = data.get("reference")
-        out = cls(options, half_life_s, float(ref) if isinstance(ref, int | float) else None)
         weights = data.get("weights")
         if not isinstance(weights, dict):
             raise ValueError("weights must be a map of bucket to weight")
+        parsed: dict[int, float] = {}
         for b, w in weights.items():
             bucket = int(b)
             if not 0 <= bucket < options.num_buckets or not isinstance(w, int | float) or w < 0:
                 raise ValueError(f"bad bucket {b!r}: {w!r}")
-            out.hist.weights[bucket] = float(w)
+            parsed[bucket] = float(w)
         total = data.get("total")
-        out.hist.total = float(total) if isinstance(total, int | float) else sum(out.hist.weights.values())
-        if out.hist.weights:
-            out.hist.min_bucket, out.hist.max_bucket = min(out.hist.weights), max(out.hist.weights)
-            out.hist._update_range()
-        return out
+        return cls.restored(options, half_life_s, float(ref) if isinstance(ref, int | float) else None, parsed,
+                            float(total) if isinstance(total, int | float) else None)

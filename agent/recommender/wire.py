@@ -61,22 +61,19 @@ def _count(v: object, what: str) -> int:
 def _decode_hist(options: ExponentialOptions, half_life_s: float, raw: object, what: str) -> DecayingHistogram:
     if not isinstance(raw, list) or len(raw) != 4 or not isinstance(raw[3], list):
         raise ValueError(f"{what}: not [reference, total, first bucket, [weight, ...]]")
-    out = DecayingHistogram(options, half_life_s, _opt(raw[0], f"{what} reference"))
-    first, weights = raw[2], raw[3]
-    if isinstance(first, bool) or not isinstance(first, int) or first < 0 or first + len(weights) > options.num_buckets:
-        raise ValueError(f"{what}: buckets {first!r}+{len(weights)} out of range")
-    for i, w in enumerate(weights):
+    first, raw_weights = raw[2], raw[3]
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0 or first + len(raw_weights) > options.num_buckets:
+        raise ValueError(f"{what}: buckets {first!r}+{len(raw_weights)} out of range")
+    weights: dict[int, float] = {}
+    for i, w in enumerate(raw_weights):
         weight = _opt(w, f"{what} weight")
         if weight is None or weight < 0:
             raise ValueError(f"{what}: weight {w!r} is not a non-negative number")
         if weight > 0:
-            out.hist.weights[first + i] = weight
+            weights[first + i] = weight
     total = _opt(raw[1], f"{what} total")
-    out.hist.total = total if total is not None and total >= 0 else sum(out.hist.weights.values())
-    if out.hist.weights:
-        out.hist.min_bucket, out.hist.max_bucket = min(out.hist.weights), max(out.hist.weights)
-        out.hist._update_range()
-    return out
+    return DecayingHistogram.restored(options, half_life_s, _opt(raw[0], f"{what} reference"), weights,
+                                      total if total is not None and total >= 0 else None)
 
 
 def decode(settings: RecommenderSettings, text: object) -> ContainerHistory:
