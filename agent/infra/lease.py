@@ -41,20 +41,6 @@ class LeaseView:
     expires: float
 
 
-def acquire(
-    api: Any,
-    ns: str,
-    name: str,
-    holder: str,
-    duration_s: int,
-    clock: Callable[[], float],
-    labels: Mapping[str, str] | None = None,
-) -> bool:
-    """Hold (create, renew, or take over an expired) Lease `name`; False when another holder has it.
-    `api`: the kubernetes client's ApiClient."""
-    return acquire_lease(api, ns, name, holder, duration_s, clock, labels).held
-
-
 def acquire_lease(
     api: Any,
     ns: str,
@@ -65,8 +51,9 @@ def acquire_lease(
     labels: Mapping[str, str] | None = None,
     owners: Sequence[Mapping[str, Any]] = (),
 ) -> LeaseView:
-    """As `acquire`, saying who holds the Lease and until when; `owners`: ownerReferences of a Lease this
-    creates (so that the garbage collector deletes it with what it coordinates)."""
+    """Hold (create, renew, or take over an expired) Lease `name`, and say who holds it and until when (`held`
+    False: another holder has it). `api`: the kubernetes client's ApiClient; `owners`: ownerReferences of a
+    Lease this creates (so that the garbage collector deletes it with what it coordinates)."""
     from kubernetes.client.exceptions import ApiException
 
     server = APIServer(api)

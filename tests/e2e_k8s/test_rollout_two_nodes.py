@@ -196,7 +196,7 @@ def test_two_holders_racing_for_one_slot_lease_on_the_real_api_server_never_both
 
     from kubernetes import client, config
 
-    from agent.infra.lease import acquire
+    from agent.infra.lease import acquire_lease
     from tests.e2e_k8s.nodes import RK
 
     config.load_kube_config(str(RK / "kubeconfig"))
@@ -214,7 +214,7 @@ def test_two_holders_racing_for_one_slot_lease_on_the_real_api_server_never_both
 
         def race(k: int, name: str = name, barrier: threading.Barrier = barrier, won: list[bool] = won) -> None:
             barrier.wait()
-            won[k] = acquire(apis[k], NS, name, f"node-{k}/pod", 30, time.time)
+            won[k] = acquire_lease(apis[k], NS, name, f"node-{k}/pod", 30, time.time).held
 
         threads = [threading.Thread(target=race, args=(k,)) for k in (0, 1)]
         for t in threads:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-from agent.infra.lease import acquire, release
+from agent.infra.lease import acquire_lease, release
 from agent.rollout.order import Rollout, slots
 from agent.rollout.workload import Workload
 
@@ -36,7 +36,8 @@ class Slots:
         free = slots(rollout, states) + (1 if me is not None and not me.updating and (me.terminating or not me.ready) else 0)
         for i in range(free):  # a pod unavailable already costs the budget nothing more
             name = f"{base}-{i}"[:253]
-            if acquire(self.api, w.namespace, name, self._holder(pod), LEASE_S, time.time, {LEASE_LABEL: f"{w.kind.value.lower()}.{w.name}"}):
+            if acquire_lease(self.api, w.namespace, name, self._holder(pod), LEASE_S, time.time,
+                             {LEASE_LABEL: f"{w.kind.value.lower()}.{w.name}"}).held:
                 return name
         return None
 
@@ -45,7 +46,7 @@ class Slots:
         renewed last."""
         if time.monotonic() - renewed < LEASE_S / 3:
             return renewed
-        acquire(self.api, w.namespace, name, self._holder(pod), LEASE_S, time.time)
+        acquire_lease(self.api, w.namespace, name, self._holder(pod), LEASE_S, time.time)
         return time.monotonic()
 
     def release(self, w: Workload, name: str, pod: str) -> None:
