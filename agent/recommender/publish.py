@@ -14,10 +14,11 @@ themselves (BENCHMARKS "At scale"). Why a CRD of the project's own and not Verti
 VPA recommender loads and garbage-collects checkpoints; objects it does not own must not look like its own.
 
 What it costs, all per `recommenderInterval` (default 5 minutes): one write of the NodeHistory per node, one
-LIST per VPA a node holds, a Lease renewal per held VPA every second or third interval (the Lease lasts four
+LIST per VPA a node holds, a Lease renewal per held VPA every third or fourth interval (the Lease lasts six
 intervals), and a GET of another node's Lease only once it could have expired. A holder that stops gives its
 Leases up (deletes them); the other nodes take over when the Lease they last saw would have expired, or at
-once if they never saw it. Nothing is lost, since the histories live in the API. The garbage collector deletes
+once if they never saw it; a holder that dies is taken over once its Lease expires, up to six intervals
+after its last renewal. Nothing is lost, since the histories live in the API. The garbage collector deletes
 a NodeHistory with its Node and a Lease with its VPA.
 
 The pure parts (which pods a VPA selects, the object, merging, the status) are functions; `Publisher.step` is
@@ -50,16 +51,24 @@ RECOMMENDER_NAME: Final = "kube-cgroup-agent"
 VPA: Final = ("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
 HISTORY: Final = ("kube-cgroup-agent.io", "v1alpha1", "nodehistories")
 LABEL_PREFIX: Final = "vpa.kube-cgroup-agent.io/"
-LEASE_MARGIN_S: Final = 10  # beyond four intervals: a step delayed by a slow API call keeps its Lease
-RENEW_AFTER_INTERVALS: Final = 2  # a holder renews once its renewal is two intervals old
+LEASE_INTERVALS: Final = 6  # a holder's Lease lasts this many intervals and the margin
+LEASE_MARGIN_S: Final = 10  # beyond the intervals: a step delayed by a slow API call keeps its Lease
+RENEW_AFTER_INTERVALS: Final = 3  # a holder renews once its renewal is three intervals old
 
 
 def lease_seconds(interval_s: float) -> int:
-    """How long a holder's Lease lasts: it renews at the first step at least two intervals after its last
-    renewal — so between two and three intervals apart whatever the steps' phase — and the Lease lasts four
-    intervals and a margin, so that a holder that keeps stepping keeps it and renews it only every other
-    interval (at 10,000 VPAs and the default 5 minutes: about 13 renewals a second cluster-wide)."""
-    return int(4 * interval_s) + LEASE_MARGIN_S
+    """How long a holder's Lease lasts: it renews at the first step at least three intervals after its last
+    renewal — so between three and four intervals apart whatever the steps' phase — and the Lease lasts six
+    intervals and a margin, so that a holder whose steps run late by up to two intervals still keeps it,
+    renewing it about 0.29 times an interval (at 10,000 VPAs and the default 5 minutes: about 10 renewals a
+    second cluster-wide). The price: a holder that dies is taken over only once its Lease expires, up to
+    six intervals after its last renewal."""
+    return int(LEASE_INTERVALS * interval_s) + LEASE_MARGIN_S
+
+
+def renewal_due(renewed: float, now: float, interval_s: float) -> bool:
+    """Whether a holder renews, at a step at `now`, the Lease it last renewed at `renewed`."""
+    return now - renewed >= RENEW_AFTER_INTERVALS * interval_s
 
 
 # ---- pure ----
@@ -328,14 +337,14 @@ class Publisher:
     def _lead(self, ns: str, vpa: str, uid: str | None) -> bool:
         """Hold (or take over an expired) Lease `kcg-rec-<vpa>`; a conflict means another node won. A Lease
         another node held is looked at again only once it could have expired; one this node holds is renewed
-        once its renewal is two intervals old."""
+        once its renewal is three intervals old (`renewal_due`)."""
         interval = self.state.settings.recommender_interval_s
         now = self.clock()
         seen = self._leases.get((ns, vpa))
         if seen is not None:
             if seen.holder != self.node and seen.holder is not None and now <= seen.expires:
                 return False
-            if seen.held and now - seen.renewed < RENEW_AFTER_INTERVALS * interval:
+            if seen.held and not renewal_due(seen.renewed, now, interval):
                 return True
         owners = [{"apiVersion": f"{VPA[0]}/{VPA[1]}", "kind": "VerticalPodAutoscaler", "name": vpa, "uid": uid}] if uid else []
         view = acquire_lease(self.api, ns, _lease_name(vpa), self.node, lease_seconds(interval), self.clock, owners=owners)

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from agent.commands.main import main
+from agent.recommender.publish import lease_seconds
 from agent.vpa.target import TARGET_LABEL, target_value
 from tests.daemon.harness import Env, wait_for
 from tests.resize.manifests import ctr, manifest
@@ -77,7 +78,7 @@ def test_the_daemon_publishes_its_histories_and_at_shutdown_gives_up_its_leases(
     assert list(mine["spec"]["vpas"]) == ["default/web"]
     assert list(mine["spec"]["vpas"]["default/web"]["containers"]) == ["app"]
     lease = c.get("coordination.k8s.io", "v1", "leases", "default", "kcg-rec-web")
-    assert lease is not None and lease["spec"]["leaseDurationSeconds"] == 14  # four intervals and the margin
+    assert lease is not None and lease["spec"]["leaseDurationSeconds"] == lease_seconds(1.0)  # six intervals and the margin
     assert daemon.terminate() == 0
     assert daemon.logged("recommender.released", leases=1)
     assert c.get("coordination.k8s.io", "v1", "leases", "default", "kcg-rec-web") is None
