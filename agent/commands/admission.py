@@ -180,6 +180,7 @@ def run_keeper(
     metrics_address: str = "127.0.0.1:9812",
     health_address: str = "127.0.0.1:9813",
 ) -> int:
+    from agent.daemon.rollout_keeper import TurnKeeper
     from agent.daemon.vpa_admission import Keeper
     from agent.infra.apiserver import APIServer
     from agent.infra.logging import configure, get_logger
@@ -199,17 +200,24 @@ def run_keeper(
     signal.signal(signal.SIGINT, on_signal)
     metrics = KeeperMetrics()
     metrics.build_info.labels(version(), commit()).set(1)
-    keeper = Keeper(
-        APIServer(api_client(kubeconfig, connections=16)), metrics, opts, resync_s
-    )  # ten watches, the writes
+    api = APIServer(api_client(kubeconfig, connections=16))  # ten watches, a DaemonSet's pods while it rolls out, the writes
+    keeper = Keeper(api, metrics, opts, resync_s)
+    turns = TurnKeeper(api, metrics)
+
+    def healthy() -> tuple[bool, str]:
+        stopped = sorted(t.name for t in turns.threads.threads if not t.is_alive())
+        return (False, f"stopped: {', '.join(stopped)}") if stopped else keeper.healthy()
+
     metrics.follow_readiness(keeper.readiness)
-    endpoints = Endpoints(metrics, Probe(keeper.healthy, keeper.readiness), metrics_address, health_address)
+    endpoints = Endpoints(metrics, Probe(healthy, keeper.readiness), metrics_address, health_address)
     log.info("listening", endpoints=list(endpoints.addresses))
     log.info("keeper.start", actuate_all=opts.actuate_all, resync_s=resync_s)
     try:
         keeper.start(stop)
+        turns.start(stop)
         stop.wait()
         keeper.join(5.0)
+        turns.join(5.0)
     finally:
         endpoints.close()
     return 0

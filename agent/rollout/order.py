@@ -93,8 +93,9 @@ def _unavailable(pods: Sequence[PodState]) -> int:
     return sum(1 for p in pods if p.updating or p.terminating or not p.ready)
 
 
-def turns(rollout: Rollout, pods: Sequence[PodState], node: str) -> list[Turn]:
-    """This node's pods that are not at the update revision, each with whether it may start now."""
+def turns(rollout: Rollout, pods: Sequence[PodState], node: str | None) -> list[Turn]:
+    """This node's pods (every node's with None: the keeper's handout) that are not at the update revision,
+    each with whether it may start now."""
     halted = [p.name for p in pods if p.failed]
     budget = rollout.max_unavailable - _unavailable(pods)
     out: list[Turn] = []
@@ -108,7 +109,7 @@ def turns(rollout: Rollout, pods: Sequence[PodState], node: str) -> list[Turn]:
                 if p.node == node:
                     out.append(Turn(p.name, False, f"below the partition ({rollout.partition}): keeps its revision"))
                 continue
-            if pending and p.node == node:
+            if pending and (node is None or p.node == node):
                 out.append(_turn(p, halted, behind, budget))
                 if out[-1].go and p.ready:
                     budget -= 1
@@ -116,7 +117,7 @@ def turns(rollout: Rollout, pods: Sequence[PodState], node: str) -> list[Turn]:
                 behind.append(p.name)
         return out
     for p in sorted(pods, key=lambda p: p.name):
-        if p.revision != rollout.update_revision and p.node == node:
+        if p.revision != rollout.update_revision and (node is None or p.node == node):
             out.append(_turn(p, halted, [], budget))
             if out[-1].go and p.ready:
                 budget -= 1

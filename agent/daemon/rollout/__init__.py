@@ -1,11 +1,16 @@
 """Graceful in-place updates beside the pod loop (seed 004): this node's part of the rollout of every
 StatefulSet and DaemonSet that opts in (agent.rollout.workload).
 
-Steady state costs nothing but one watch per StatefulSet and DaemonSet this node has pods of (each narrowed
-to its one object by `metadata.name`: a node never receives the workloads of other nodes, agent.daemon.scope):
-a workload is looked at closer only when one of this node's pods is behind its update revision. Then, each second: the workload's pods
-(one LIST), its revisions (cached: they never change), the order (agent.rollout.order), and for a pod
-whose turn it is, one update, step by step, each step once:
+StatefulSets: one watch per StatefulSet this node has pods of (narrowed to its one object by
+`metadata.name`: a node never receives the workloads of other nodes, agent.daemon.scope); a workload is
+looked at closer only when one of this node's pods is behind its update revision. Then, each second: the
+workload's pods (one LIST), its revisions (cached: they never change), the order (agent.rollout.order).
+
+DaemonSets: no watch at all. A DaemonSet has a pod on every node, so the cluster's keeper hands out the turns
+(agent.rollout.handout): this node sees a turn on one of its own pods through the pod watch it has anyway,
+then reads the DaemonSet and its revision once (a GET each).
+
+For a pod whose turn it is, one update, step by step, each step once:
 
   slot      take a Lease `kcg-rollout-<kind>-<name>-<i>` (i below the budget): no two nodes exceed it
   prepull   in place: pull the new images through CRI (a present image is not pulled again)
@@ -44,8 +49,10 @@ from agent.daemon.scope import ScopedWatches, WatchSpec
 from agent.infra.apiserver import APIServer, path
 from agent.infra.logging import get_logger
 from agent.kube.trim import without_managed_fields
+from agent.pods.parse import controller_owner
 from agent.rollout.config import RolloutSettings
-from agent.rollout.order import turns
+from agent.rollout.handout import turn_of
+from agent.rollout.order import WorkloadKind, turns
 from agent.rollout.steps import is_failed
 from agent.rollout.workload import (
     POLICY,
@@ -87,7 +94,7 @@ class RolloutComponent:
         self.api = api = APIServer(ctx.api)
         self.wake = threading.Event()
         self.statefulsets = ScopedWatches(api, ctx.metrics, "statefulsets", self.wake.set, keep=kept_workload)
-        self.daemonsets = ScopedWatches(api, ctx.metrics, "daemonsets", self.wake.set, keep=kept_workload)
+        self._turns: dict[str, tuple[str, Workload, Mapping[str, Any]]] = {}  # pod uid -> (its turn, the DaemonSet, revision)
         self._looked: dict[str, tuple[object, float]] = {}  # workload key -> (what it was read at, when)
         self._versions: dict[str, str] = {}  # workload key -> its resourceVersion as watched
         self.rescope = threading.Event()  # the node's pods changed: which workloads it watches may too
@@ -106,26 +113,26 @@ class RolloutComponent:
     def join(self, timeout_s: float) -> None:
         self._threads.join(timeout_s, self.wake)
         self.statefulsets.close(timeout_s)
-        self.daemonsets.close(timeout_s)
 
     def _pods_changed(self) -> None:
         self.rescope.set()
         self.wake.set()
 
     def scope(self) -> None:
-        """Watch the StatefulSets and DaemonSets that own this node's pods, and those with an update in
-        flight here (a recreated pod is gone until its successor runs), one object each."""
-        wanted: dict[str, set[tuple[str, str]]] = {"StatefulSet": set(), "DaemonSet": set()}
+        """Watch the StatefulSets that own this node's pods, and those with an update in flight here (a
+        recreated pod is gone until its successor runs), one object each. DaemonSets are not watched: their
+        turns come on the pods (agent.rollout.handout)."""
+        wanted: set[tuple[str, str]] = set()
         for p in self.ctx.pods():
-            if p.owner is not None and p.owner[0] in wanted:
-                wanted[p.owner[0]].add((p.namespace, p.owner[1]))
+            if p.owner is not None and p.owner[0] == "StatefulSet":
+                wanted.add((p.namespace, p.owner[1]))
         for f in self.updates.flights.values():
-            wanted[f.workload.kind.value].add((f.workload.namespace, f.workload.name))
-        for kind, plural, watches in (("StatefulSet", "statefulsets", self.statefulsets), ("DaemonSet", "daemonsets", self.daemonsets)):
-            watches.want({
-                f"{ns}/{name}": WatchSpec(path("apps/v1", plural, ns), field_selector=f"metadata.name={name}")
-                for ns, name in wanted[kind]
-            })
+            if f.workload.kind is WorkloadKind.STATEFUL_SET:
+                wanted.add((f.workload.namespace, f.workload.name))
+        self.statefulsets.want({
+            f"{ns}/{name}": WatchSpec(path("apps/v1", "statefulsets", ns), field_selector=f"metadata.name={name}")
+            for ns, name in wanted
+        })
 
     def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -147,7 +154,7 @@ class RolloutComponent:
         """The watched workloads that opt in (one whose policy is refused: an Event, once)."""
         out = []
         self._versions = {}
-        for kind, cache in (("StatefulSet", self.statefulsets), ("DaemonSet", self.daemonsets)):
+        for kind, cache in (("StatefulSet", self.statefulsets),):
             for raw in cache.values():
                 meta = raw.get("metadata") or {}
                 self._versions[f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name')}"] = str(meta.get("resourceVersion") or "")
@@ -166,6 +173,7 @@ class RolloutComponent:
         mine = self.ctx.pods()
         workloads = self.workloads()
         self.updates.open_gates(workloads)
+        self.daemonset_turns()
         flights = self.updates.flights
         for w in workloads:
             local = [p for p in mine if p.namespace == w.namespace and p.owner == (w.kind.value, w.name)]
@@ -181,6 +189,54 @@ class RolloutComponent:
             if not flying and not self._due(w, local):
                 continue
             self._pass(w, update_hash, update_rev)
+
+    def daemonset_turns(self) -> None:
+        """This node's DaemonSet pods: take up each turn the keeper wrote, and take each update in flight a
+        step further, from the node's own pod watch (no list of the DaemonSet's pods)."""
+        raw = {str((p.get("metadata") or {}).get("uid")): p for p in self.ctx.raw_pods()}
+        for f in [f for f in self.updates.flights.values() if f.workload.kind is WorkloadKind.DAEMON_SET]:
+            pod = raw.get(f.uid) or next((p for p in raw.values() if (p.get("metadata") or {}).get("name") == f.pod
+                                          and (p.get("metadata") or {}).get("namespace") == f.workload.namespace), None)
+            self.updates.advance(f, pod)
+            self.notices.publish(f.workload, [pod] if pod is not None else [], f.update_hash, {}, self.updates.flights)
+        for uid, pod in raw.items():
+            meta = pod.get("metadata") or {}
+            turn = turn_of(pod)
+            owner = controller_owner(meta)
+            if (turn is None or owner is None or owner[0] != "DaemonSet" or uid in self.updates.flights
+                    or (meta.get("labels") or {}).get(REVISION_LABEL) == turn or meta.get("deletionTimestamp")):
+                continue
+            self._take_turn(pod, str(meta.get("namespace") or "default"), owner[1], turn)
+
+    def _take_turn(self, pod: Mapping[str, Any], ns: str, name: str, turn: str) -> None:
+        meta = pod["metadata"]
+        seen = self._turns.get(str(meta["uid"]))
+        if seen is None or seen[0] != turn:
+            try:
+                raw = self.api.get(path("apps/v1", "daemonsets", ns, name), timeout=(10, 30))
+                w = parse_workload("DaemonSet", raw)
+            except RolloutConfigError as err:
+                problem = str(err)  # the keeper says it on the DaemonSet; here, once in the log
+                self.notices.once(f"DaemonSet/{ns}/{name}", problem, lambda: log.warning("rollout.turn_refused", pod=meta["name"], error=problem))
+                return
+            if w is None:
+                return  # no longer opts in: the keeper takes the turn back
+            update = self.reads.update_revision(w)
+            if update is None or update[0] != turn:
+                return  # the keeper wrote it for another revision: its next pass rewrites it
+            seen = (turn, w, update[1])
+            self._turns[str(meta["uid"])] = seen
+        _, w, update_rev = seen
+        change = self.reads.change(w, pod, update_rev)
+        if change is None:
+            return
+        f = Flight(w, str(meta["name"]), str(meta["uid"]), change, turn)
+        state = pod_state(pod, self.node, False)
+        if self.updates.begin(f, pod, w.rollout(turn, max(w.replicas, 1)), [state]):
+            self._turns.pop(str(meta["uid"]), None)
+            self.notices.publish(w, [pod], turn, {}, self.updates.flights)
+        else:
+            self.notices.publish(w, [pod], turn, {meta["name"]: "waiting for a free slot (another node is updating)"}, self.updates.flights)
 
     def _due(self, w: Workload, local: list[Any]) -> bool:
         """Whether a workload behind here is read again now (RECHECK_S)."""

@@ -211,8 +211,9 @@ class Updater:
 
     def open_gates(self, workloads: Sequence[Workload]) -> None:
         """A new pod whose template lists the InPlaceUpdateReady gate has no such condition yet, so it never
-        becomes Ready: the agent sets it True (as OpenKruise does at creation). From the pods this node
-        already has: no API read."""
+        becomes Ready: the agent sets it True (as OpenKruise does at creation) on the pods of the StatefulSets
+        that opt in and of every DaemonSet (whose pods' gate says it opts in). From the pods this node already
+        has: no API read."""
         owners = {(w.namespace, w.kind.value, w.name) for w in workloads}
         for pod in self.ctx.raw_pods():
             meta = pod.get("metadata") or {}
@@ -223,8 +224,8 @@ class Updater:
             if gate is not None and not (gate.get("status") == "False" and patched_and_running(pod)):
                 continue  # set already, or an update not finished (taken up as a turn: its revision is behind)
             owner = controller_owner(meta)
-            if owner is None or (str(meta.get("namespace") or "default"), *owner) not in owners:
-                continue
+            if owner is None or (owner[0] != "DaemonSet" and (str(meta.get("namespace") or "default"), *owner) not in owners):
+                continue  # a DaemonSet's pod: its gate is its opt-in (the DaemonSet is not watched here)
             # a new pod; or one this agent patched before it stopped, whose containers now all run ready
             body = (condition_body(uid, True, "NotUpdating", "no in-place update in progress", now_rfc3339()) if gate is None
                     else condition_body(uid, True, "UpdatedInPlace", "finished after the agent restarted", now_rfc3339()))

@@ -16,6 +16,7 @@ class Recorded:
     path: str
     content_type: str
     body: Any
+    user_agent: str = ""
 
 
 def gkey(group: str, version: str, resource: str) -> str:

@@ -47,7 +47,8 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
 
         def _record(self, body: Any) -> None:
             with cluster.lock:
-                cluster.requests.append(Recorded(self.command, self.path, self.headers.get("Content-Type", ""), body))
+                cluster.requests.append(Recorded(self.command, self.path, self.headers.get("Content-Type", ""), body,
+                                                 self.headers.get("User-Agent", "")))
 
         def _faulted(self) -> bool:
             delay = cluster._delay(self.command, self.path)
@@ -68,6 +69,9 @@ def _handler(cluster: FakeCluster, server_stopping: threading.Event) -> type[Bas
             group, version, ns, resource, name, sub = parts
             if group == "" and resource == "pods" and ns is not None and name is None and self.command == "GET":
                 q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+                if q.get("watch") in ("true", "1", "True"):
+                    watch_pods(cluster, server_stopping, self, None, q, namespace=ns)
+                    return True
                 self._send(200, cluster.list_namespace_pods(ns, q.get("labelSelector", "")))
                 return True
             if group == "" and resource == "pods" and ns is not None and name is not None:

@@ -49,10 +49,13 @@ def _open(cluster: FakeCluster, stream: Stream, since: int, resource: str) -> in
 
 
 def watch_pods(
-    cluster: FakeCluster, stopping: threading.Event, handler: BaseHTTPRequestHandler, node: str, q: dict[str, str]
+    cluster: FakeCluster, stopping: threading.Event, handler: BaseHTTPRequestHandler, node: str | None, q: dict[str, str],
+    namespace: str | None = None,
 ) -> None:
-    """GET /api/v1/pods?watch=true&fieldSelector=spec.nodeName=`node`: the node's pods. A dropped stream
-    records in `cluster.dropped` the last resourceVersion it delivered."""
+    """GET /api/v1/pods?watch=true&fieldSelector=spec.nodeName=`node`: the node's pods; with `namespace`
+    (node None), GET /api/v1/namespaces/`namespace`/pods?watch=true&labelSelector=...: a workload's pods. A
+    dropped stream records in `cluster.dropped` the last resourceVersion it delivered."""
+    selector = q.get("labelSelector", "")
     since = int(q.get("resourceVersion") or 0)
     timeout = float(q.get("timeoutSeconds") or 300)
     bookmarks = q.get("allowWatchBookmarks") in ("true", "True", "1")
@@ -80,7 +83,8 @@ def watch_pods(
                 current = cluster.rv
             for rv, kind, obj in pending:
                 sent = rv
-                if obj["spec"].get("nodeName") == node:
+                if (obj["spec"].get("nodeName") == node if node is not None
+                        else obj["metadata"].get("namespace") == namespace and labels_match(obj, selector)):
                     stream.send({"type": kind, "object": obj})
                     delivered = str(rv)
             if bookmarks and time.monotonic() - last_bookmark >= cluster.bookmark_interval_s:
