@@ -63,6 +63,8 @@ def test_every_document_is_a_valid_object_of_its_kind() -> None:
         ("CustomResourceDefinition", "vpaadmissionparams.kube-cgroup-agent.io"),
         ("MutatingAdmissionPolicy", "kube-cgroup-agent-vpa"),
         ("MutatingAdmissionPolicyBinding", "kube-cgroup-agent-vpa"),
+        ("ValidatingAdmissionPolicy", "kube-cgroup-agent-rollout-turns"),
+        ("ValidatingAdmissionPolicyBinding", "kube-cgroup-agent-rollout-turns"),
         *((k, KEEPER) for k in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
                                 "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")),
     ])
@@ -111,10 +113,7 @@ def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
         ("apps", "statefulsets", "list"),  # each of the node's pods' StatefulSets, watched by name
         ("apps", "statefulsets", "watch"),
         ("apps", "statefulsets", "patch"),
-        ("apps", "daemonsets", "get"),
-        ("apps", "daemonsets", "list"),
-        ("apps", "daemonsets", "watch"),
-        ("apps", "daemonsets", "patch"),
+        ("apps", "daemonsets", "get"),  # the one whose pod here the keeper gave its turn; never listed or watched
         ("apps", "controllerrevisions", "get"),
         ("apps", "controllerrevisions", "list"),
     }
@@ -135,7 +134,11 @@ def test_the_vpa_admission_keeper_reads_workloads_and_writes_only_its_own_object
     own = {("kube-cgroup-agent.io", "vpaadmissionparams", v) for v in ("list", "watch", "create", "patch", "delete")}
     # the target label on every VPA, by which each node watches its own (its own policy confines the patch)
     label = {("autoscaling.k8s.io", "verticalpodautoscalers", "patch")}
-    assert granted == read | own | label
+    # DaemonSet rollouts: a rolling DaemonSet's pods, their turn annotation (confined by its policy), its
+    # revisions, an Event on it
+    turns = {("", "pods", v) for v in ("list", "watch", "patch")} | {("apps", "controllerrevisions", v) for v in ("get", "list")} | {
+        ("", "events", "create")}
+    assert granted == read | own | label | turns
     assert all(not r.resource_names and not r.non_resource_urls for r in role.rules)
     binding = _one("ClusterRoleBinding", KEEPER)
     assert binding.role_ref.name == KEEPER

@@ -108,3 +108,36 @@ def test_the_keeper_may_change_a_vpas_target_label_and_nothing_else() -> None:
         print(f"\ne2e-k8s keeper policy: {refused[0].stderr.strip()[:200]}")
     finally:
         kubectl("delete", "namespace", NS, "--wait=false", ok=(0, 1))
+
+
+def test_the_keeper_may_change_a_pods_rollout_turn_and_nothing_else_and_an_agent_may_not() -> None:
+    """Dry runs on a pod bound to a node that does not run (nothing starts it): the keeper's patches of its
+    image, a label or another annotation are refused by kube-cgroup-agent-rollout-turns, its turn admitted;
+    the node's agent (the pod's node in its claim) may not write the turn, which is the keeper's."""
+    node = "kcg-scope-nowhere"
+    kubectl("create", "namespace", NS, ok=(0, 1))
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NS, "labels": {"app": "p"}},
+           "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/c:1"}]}}
+    url = f"/api/v1/namespaces/{NS}/pods/p?dryRun=All"
+    merge = "application/merge-patch+json"
+    turn = "kube-cgroup-agent.io/rollout-turn"
+    try:
+        kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+        for body in ({"spec": {"containers": [{"name": "c", "image": "registry.invalid/c:2"}]}},
+                     {"metadata": {"labels": {"app": "q"}}},
+                     {"metadata": {"annotations": {"kube-cgroup-agent.io/rollout-status": "x"}}}):
+            code, answer = _as(KEEPER, "PATCH", url, body, ctype=merge)
+            assert code in (403, 422) and "only a pod's kube-cgroup-agent.io/rollout-turn annotation" in answer, (code, answer)
+        code, answer = _as(KEEPER, "PATCH", url, {"metadata": {"annotations": {turn: "abc123"}}}, ctype=merge)
+        assert code == 200, (code, answer)
+        claim = {"authentication.kubernetes.io/node-name": node}
+        code, answer = _as(AGENT, "PATCH", url, {"metadata": {"annotations": {turn: "abc123"}}}, claim, ctype=merge)
+        assert code in (403, 422) and "but a DaemonSet pod's turn" in answer, (code, answer)
+        code, answer = _as(AGENT, "PATCH", url, {"metadata": {"annotations": {"kube-cgroup-agent.io/rollout-status": "x"}}}, claim,
+                           ctype=merge)
+        assert code == 200, (code, answer)  # its own annotations stay its own
+        assert not _can(AGENT, "list", "daemonsets.apps") and not _can(AGENT, "watch", "daemonsets.apps")
+        assert _can(AGENT, "get", "daemonsets.apps")
+        print("\ne2e-k8s rollout-turn policy: the keeper's turn admitted, its other pod writes and the agent's turn refused")
+    finally:
+        kubectl("delete", "namespace", NS, "--wait=false", ok=(0, 1))

@@ -4,8 +4,8 @@ A StatefulSet of 4 that opts in, two pods on each node, and a DaemonSet with a p
 image goes in place, highest ordinal first across the nodes, a partition kept, the app containers never
 restarted, no pod deleted, and never more than `max-unavailable: 1` pod unavailable cluster-wide — sampled
 from a watch of the pods, its maximum printed. Anything beyond images falls back to Recreate in the same
-order under the same budget. The DaemonSet's two pods are behind at once, so the two agents race for its
-one slot (a Lease): one takes it, the other waits, which the watch's maximum shows. The API requests the
+order under the same budget. The DaemonSet's two pods are behind at once: the cluster's keeper hands
+them their turns one at a time (no agent watches the DaemonSet), which the watch's maximum shows. The API requests the
 whole cluster served per pod (apiserver_request_total, the background rate taken off) go to figure 8.
 """
 
@@ -155,7 +155,10 @@ def test_a_statefulset_on_both_nodes_rolls_out_in_order_within_the_cluster_wide_
             sts4_max_unavailable=[in_place_max, seen.max_unavailable]))
 
 
-def test_two_agents_racing_for_a_daemonsets_one_slot_never_both_take_it(namespace: str) -> None:
+def test_a_daemonset_on_both_nodes_goes_one_pod_at_a_time_by_the_keepers_turns(namespace: str) -> None:
+    """The keeper hands each pod its turn (kube-cgroup-agent.io/rollout-turn); the agents never watch the
+    DaemonSet. Two rounds: each pod updated in place, never both unavailable, no pod recreated, the turns
+    cleared once done."""
     ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
           "metadata": {"name": DS, "namespace": NS, "annotations": {
               "kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible", "kube-cgroup-agent.io/grace-period-seconds": "2"}},
@@ -175,9 +178,12 @@ def test_two_agents_racing_for_a_daemonsets_one_slot_never_both_take_it(namespac
                         and all(ready(p) and p["spec"]["containers"][1]["image"] == image for p in pods))
 
             wait_for("both pods updated in place and Ready", done, 300, 1)
+            wait_for("the turns cleared", lambda: not [p for p in _pods(DS) if "kube-cgroup-agent.io/rollout-turn" in
+                                                       (p["metadata"].get("annotations") or {})], 60, 1)
         seen = w.seen
         order = [n for _, _, n in seen.reached[len(NODES):]]
-        print(f"e2e-k8s: DaemonSet on two nodes, round {round_ + 1}: nodes in turn {order}, most unavailable at once {seen.max_unavailable}")
+        print(f"e2e-k8s: DaemonSet on two nodes (the keeper's turns), round {round_ + 1}: nodes in turn {order}, "
+              f"most unavailable at once {seen.max_unavailable}")
         assert seen.max_unavailable == 1, seen.around_max()
         assert not seen.deleted and {p["metadata"]["uid"] for p in _pods(DS)} == uids
         assert {c for _, c in seen.restarted} == {"side"}
