@@ -51,7 +51,7 @@ def options(argv: list[str] | None) -> argparse.Namespace:
 
 
 def measure(a: argparse.Namespace, code_root: Path) -> dict[str, Any]:
-    from bench.scale import phases, storage
+    from bench.scale import phases, rollout, storage
     from bench.scale.harness import Harness, say
     from bench.scale.scenario import Base
 
@@ -79,6 +79,7 @@ def measure(a: argparse.Namespace, code_root: Path) -> dict[str, Any]:
         out["steady"] = h.steady()
         out["recommender"] = h.recommender_info()
         out["storage"] = storage.measure(h)
+        out["rollout"] = rollout.rollout_step(h, 120.0 + 15.0 * max(a.agents))
         out["timings"] = {k: round(v, 1) for k, v in h.timings.items()}
         out["kubelet_errors"] = (h.kubelets.errors if h.kubelets else [])[:5]
         out["reference_errors"] = (h.reference.errors if h.reference else [])[:5]

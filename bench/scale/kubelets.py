@@ -1,7 +1,8 @@
 """The simulated kubelets of every node: each node's Lease renewed every 10 s, its status posted every
 5 minutes when nothing changed (the kubelet's documented periods), and, on an agent's node, a
 `pods/resize` actuated as the kubelet does it: the container statuses report the new resources and the
-allocation (what the agent then follows), read from the agent's PATCH in the audit log."""
+allocation (what the agent then follows), read from the agent's PATCH in the audit log; and during a
+rollout, a container whose image an agent's patch changed restarted with it."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ class Kubelets(threading.Thread):
         self.audit = audit
         self.stop = threading.Event()
         self.resizes_actuated = 0
+        self.restart_images = False  # during a rollout: a container whose image an agent changed runs anew
+        self.images_restarted = 0
         self._since = time.time()
         self._done: set[tuple[float, str]] = set()
         self.errors: list[str] = []
@@ -59,6 +62,26 @@ class Kubelets(threading.Thread):
         self.client.call("PATCH", url + "/status", {"status": {"containerStatuses": statuses}}, MERGE)
         self.resizes_actuated += 1
 
+    def _restart(self, target: str) -> None:
+        """What the kubelet does when a running pod's container image changed: that container restarts with
+        the new image (a new containerID, one restart more) and is ready again."""
+        ns, name = target.split("/", 1)
+        url = f"/api/v1/namespaces/{ns}/pods/{name}"
+        p: dict[str, Any] = self.client.get(url)
+        images = {c["name"]: c["image"] for c in p["spec"]["containers"]}
+        statuses = p["status"].get("containerStatuses") or []
+        changed = False
+        for st in statuses:
+            image = images.get(st["name"])
+            if image is not None and image != st["image"]:
+                n = int(st.get("restartCount") or 0) + 1
+                st.update(image=image, imageID=f"{image}@sha256:{'0' * 64}", restartCount=n, ready=True, started=True,
+                          containerID=st["containerID"][:-8] + f"{n:08x}", state={"running": {"startedAt": micro_now()[:19] + "Z"}})
+                changed = True
+        if changed:
+            self.client.call("PATCH", url + "/status", {"status": {"containerStatuses": statuses}}, MERGE)
+            self.images_restarted += 1
+
     def run(self) -> None:
         next_lease = dict.fromkeys(self.nodes, 0.0)
         next_status = {n: time.monotonic() + STATUS_S * (i + 1) / len(self.nodes) for i, n in enumerate(self.nodes)}
@@ -80,5 +103,12 @@ class Kubelets(threading.Thread):
                     self._done.add((r.at, r.target))
                     try:
                         self._actuate(r.target)
+                    except (APIError, OSError) as err:
+                        self.errors.append(str(err)[:200])
+                elif (self.restart_images and r.resource == "pods" and r.verb == "patch" and r.code < 300
+                      and (r.at, r.target) not in self._done):
+                    self._done.add((r.at, r.target))
+                    try:
+                        self._restart(r.target)
                     except (APIError, OSError) as err:
                         self.errors.append(str(err)[:200])

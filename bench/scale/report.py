@@ -155,6 +155,37 @@ def recommender_lines(data: dict[str, Any]) -> list[str]:
     return ["", text]
 
 
+def rollout_lines(data: dict[str, Any]) -> list[str]:
+    """The DaemonSet rollout phase (bench/scale/rollout.py), measured and at 5,000 nodes."""
+    r = data.get("rollout")
+    if not r:
+        return []
+    agents = list(r["agents"].values())
+    n = max(1, r["pods_updated"])
+    per_agent = sorted(a["requests"] for a in agents)
+    events = sorted(a["change_events"] for a in agents)
+    kinds: dict[str, int] = {}
+    for a in agents:
+        for k, v in a["events"].items():
+            if not k.startswith(("BOOKMARK", "ERROR")):
+                kinds[k.split(" ", 1)[-1]] = kinds.get(k.split(" ", 1)[-1], 0) + v
+    keeper_events = sum(v for k, v in r["keeper_events"].items() if not k.startswith(("BOOKMARK", "ERROR")))
+    nodes = ((data.get("extrapolation") or {}).get("nodes")) or 5000
+    herd = r["ds_status_writes"] / n * nodes * nodes
+    return ["", f"A DaemonSet's rollout over the {r['nodes']} agent nodes (bench/scale/rollout.py: a new image; the keeper hands "
+            f"out the turns, max-unavailable 1; a simulated DaemonSet controller writes its status as the pods move): "
+            f"{'complete' if r['complete'] else 'NOT complete'}, {r['pods_updated']} pods in {r['took_s']} s ({r['per_pod_s']} s a pod). "
+            f"Each agent received {events[0]}–{events[-1]} change events (by kind over all agents: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda x: -x[1])) + "; no DaemonSet: none watches it) "
+            f"and sent {per_agent[0]}–{per_agent[-1]} requests (its slot Lease {sum(a['slot_requests'] for a in agents) / n:.1f} a pod, "
+            f"{r['slot_lease_writes'] / n:.1f} of them writes); the keeper {r['keeper_requests']} requests "
+            f"({', '.join(f'{k} {v}' for k, v in list(r['keeper_by'].items())[:4])}) and {keeper_events} change events received. "
+            f"The DaemonSet's status changed {r['ds_status_writes']} times: with every node watching it (before this design) each "
+            f"change reached every agent — over a rollout of {nodes:,} nodes about {herd:,.0f} watch events, now none; per pod "
+            f"the cost is constant: at {nodes:,} nodes about {nodes * sum(per_agent) / max(1, len(per_agent)) / 1:,.0f} agent requests "
+            f"and {nodes * r['keeper_requests'] / n:,.0f} of the keeper's for the whole rollout."]
+
+
 def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list[str]:
     meta = data.get("_meta") or {}
     q = data.get("quiet") or {}
@@ -218,6 +249,6 @@ def markdown(data: dict[str, Any], before: dict[str, Any] | None = None) -> list
               f"the kubelets (Lease every 10 s, status every 5 min, one watcher each) {ex.get('kubelets', {}).get('writes_per_s')} writes/s "
               f"and as many watch events; RSS growth per agent {ex.get('rss_growth_mib_at_scale')} MiB; "
               f"CPU summed over the nodes per change elsewhere {ex.get('cpu_s_per_change_summed_over_nodes')} s.",
-              *recommender_lines(data),
+              *recommender_lines(data), *rollout_lines(data),
               "", "Goals (issue 41):", *goal_lines(data), "", *comparison(data, before)]
     return lines
