@@ -80,6 +80,10 @@ class RecommenderSettings:
     react_to_oom: bool = field(default=True, metadata=doc(
         "beyond VPA: an OOM kill seen on the node is recorded at once (not at the next minute) and handed to "
         "the VPA actuator's hook"))
+    status_min_change: float = field(default=0.10, metadata=doc(
+        "beyond VPA: the Lease holder rewrites a VPA's status when a target moved by more than this fraction "
+        "(of the larger value), a bound by more than this and one histogram bucket, or a container or condition "
+        "changed; 0 writes every target's move; in [0, 1)"))
     state_file: str = field(default="recommender.json", metadata=doc(
         "the histograms' file, under `stateDir`"))
 
@@ -134,6 +138,8 @@ def parse_recommender(raw: object) -> RecommenderSettings:
                  "throttle_threshold"):
         if not 0.0 < getattr(out, name) <= 1.0:
             problems.append(f"recommender.{_camel(name)} must be in (0, 1]")
+    if not 0.0 <= out.status_min_change < 1.0:
+        problems.append("recommender.statusMinChange must be in [0, 1)")
     for name in ("sample_interval_s", "recommender_interval_s"):
         if getattr(out, name) <= 0:
             problems.append(f"recommender.{_camel(name)} must be above zero")

@@ -4,8 +4,9 @@ own, its NodeHistory (cluster-scoped, named after the node, one entry per VPA, e
 one compact string: `wire.py`), labelled `vpa.kube-cgroup-agent.io/<hash of namespace/name>` for each VPA it
 holds. One node per VPA — the holder of the Lease `kcg-rec-<vpa>` in the VPA's namespace — lists the
 NodeHistories of that VPA by its label, merges them (decaying histograms with a common reference add) and
-writes `status.recommendation` and the conditions RecommendationProvided / LowConfidence when a target, a
-condition or a bound beyond one histogram bucket changed (`worth_writing`).
+writes `status.recommendation` and the conditions RecommendationProvided / LowConfidence when a condition
+changed, a target moved by more than `statusMinChange` or a bound by more than that and one histogram
+bucket (`worth_writing`).
 
 Why one object per node and not per VPA and node: at 5,000 nodes and 150,000 pods, (VPA, node) pairs run to
 150,000 objects — each with its own metadata and managed fields, about 1 KiB before any history — and as many
@@ -188,22 +189,35 @@ def _quantities(status: Mapping[str, Any] | None) -> dict[tuple[str, str, str], 
     return out
 
 
-def worth_writing(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
-    """Whether a holder writes `new` over `old`: a target that moved, a container or condition that changed,
-    or a bound that moved by more than one histogram bucket. Why not every change: the bounds widen with
-    the confidence, which grows with every interval of history, so they move a little at every merge — and
-    a write a VPA an interval is what upstream's recommender costs (a watch event to every VPA watcher);
-    a bound one bucket stale decides nothing."""
+def worth_writing(old: Mapping[str, Any] | None, new: Mapping[str, Any], min_change: float) -> bool:
+    """Whether a holder writes `new` over `old` (what it last wrote): a condition, a container or a field
+    that changed; a target that moved by more than `min_change` of the larger of the two values (to or from
+    zero always; with 0, any move); a bound (lowerBound, upperBound, uncappedTarget) that moved by more than
+    `min_change` and more than one histogram bucket.
+
+    Why not every change: every status write is a watch event to every node with the VPA's pods and to the
+    keeper, whose admission parameters follow each target. The bounds widen with the confidence, which
+    grows with every interval of history, so they move a little at every merge; a write a VPA an interval
+    is what upstream's recommender costs. And VPA's updater leaves a pod whose requests lie within
+    [lowerBound, upperBound] alone unless it has run 12 h and the sum over CPU and memory of
+    |request − target| / request reaches `--pod-update-threshold` (0.1): a target held back by less than
+    10 % is about that tolerance for one resource (two moving together reach it sooner). Since `old` is
+    what was last written, a target is never more than `min_change` behind the merge."""
     if comparable(old)["conditions"] != comparable(new)["conditions"]:
         return True
     a, b = _quantities(old), _quantities(new)
     if a is None or b is None or a.keys() != b.keys():
         return True
+    bound_change = max(BUCKET_GROWTH, min_change)
     for key, x in a.items():
         y = b[key]
-        if key[1] == "target" and x != y:
-            return True
-        if abs(x - y) > BUCKET_GROWTH * max(abs(x), abs(y)):
+        if x == y:
+            continue
+        larger = max(abs(x), abs(y))
+        if key[1] == "target":
+            if x == 0 or y == 0 or abs(x - y) > min_change * larger:
+                return True
+        elif abs(x - y) > bound_change * larger:
             return True
     return False
 
@@ -327,7 +341,7 @@ class Publisher:
             log.warning("recommender.bad_history", vpa=key, nodes=bad)
         status = status_for(self.state.settings, merged, self.clock(), self.node, len(nodes))
         last = self._written.get(key, vpa.get("status"))
-        if not worth_writing(last, status):
+        if not worth_writing(last, status, self.state.settings.status_min_change):
             return False
         co.patch(_path(VPA, ns, name, "status"), {"status": status}, MERGE_PATCH)
         self._written[key] = status

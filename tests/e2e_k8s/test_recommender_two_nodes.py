@@ -5,8 +5,9 @@ A Deployment with one replica on each node and a VPA naming the node recommender
 histories (each in its node's NodeHistory), one — the holder of the Lease `kcg-rec-<vpa>` — writes the merged
 recommendation. Its agent pod is deleted: the other node takes over when the Lease it last saw would have
 expired (within the Lease's duration and one interval), the VPA's status never loses its
-recommendation meanwhile (sampled every half second) and its CPU target moves by at most one histogram bucket
-across the takeover. The takeover time goes to BENCHMARKS.md (figure 8).
+recommendation meanwhile (sampled every half second) and its CPU target moves across the takeover by at most
+what the holder may leave unwritten (`statusMinChange`) and one histogram bucket. The takeover time goes to
+BENCHMARKS.md (figure 8).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.recommender.config import BUCKET_GROWTH
+from agent.recommender.config import BUCKET_GROWTH, RecommenderSettings
 from agent.recommender.publish import lease_seconds, vpa_label
 from bench import provenance
 from tests.e2e_k8s.nodes import (
@@ -163,7 +164,9 @@ def test_two_nodes_make_one_recommendation_and_the_other_node_takes_over_without
     assert sampler.samples and gaps == [], f"{len(gaps)} of {len(sampler.samples)} samples without a recommendation"
     assert before is not None and after is not None
     ratio = max(_milli(before), _milli(after)) / min(_milli(before), _milli(after))
-    assert ratio <= (1 + BUCKET_GROWTH) * 1.01, (before, after)  # one bucket, and the millicore rounding
+    # the old holder's status may lag its merge by statusMinChange of the larger value; one bucket more, and
+    # the millicore rounding
+    assert ratio <= (1 + BUCKET_GROWTH) * 1.01 / (1 - RecommenderSettings().status_min_change), (before, after)
     assert takeover_s <= lease_seconds(INTERVAL_S) + INTERVAL_S
     print(f"\ne2e-k8s: recommender takeover {holder} -> {other} in {takeover_s:.1f} s "
           f"(recommenderInterval {INTERVAL_S:.0f} s, Lease {lease_seconds(INTERVAL_S)} s); CPU target {before} -> {after}, "

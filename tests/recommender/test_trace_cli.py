@@ -5,6 +5,7 @@ corrupt file, bounded memory."""
 from __future__ import annotations
 
 import json
+import re
 import tracemalloc
 from pathlib import Path
 
@@ -160,6 +161,29 @@ def test_config_keys_are_named_as_vpa_flags() -> None:
         parse_recommender({"bogus": 1})
     with pytest.raises(ValueError, match="targetCpuPercentile must be in"):
         parse_recommender({"targetCpuPercentile": 2})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected", "error"),
+    [
+        (None, 0.10, None),  # unset: the default
+        (0, 0.0, None),  # every target's move written
+        (0.25, 0.25, None),
+        (0.999, 0.999, None),
+        (1, None, "statusMinChange must be in [0, 1)"),
+        (1.5, None, "statusMinChange must be in [0, 1)"),
+        (-0.1, None, "statusMinChange: -0.1 is not a non-negative number"),
+        ("10%", None, "statusMinChange: '10%' is not a non-negative number"),
+        (True, None, "statusMinChange: True is not a non-negative number"),
+    ],
+)
+def test_the_status_min_change_is_a_fraction_below_one(value: object, expected: float | None, error: str | None) -> None:
+    raw = {} if value is None else {"statusMinChange": value}
+    if error is not None:
+        with pytest.raises(ValueError, match=re.escape(error)):
+            parse_recommender(raw)
+        return
+    assert parse_recommender(raw).status_min_change == expected
 
 
 def test_the_documented_example_is_what_the_sample_trace_gives(capsys: pytest.CaptureFixture[str]) -> None:
