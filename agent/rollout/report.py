@@ -4,10 +4,11 @@ rollout and why — updated in place, recreated, updating, waiting (and for what
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.rollout.order import turns
+from agent.rollout.handout import turn_of
+from agent.rollout.order import WorkloadKind, turns
 from agent.rollout.steps import gate_of, is_failed
 from agent.rollout.workload import Workload, in_place_revision, pod_state
 
@@ -49,8 +50,11 @@ class Status:
 
 def status(w: Workload, pods: Sequence[Mapping[str, Any]], update_hash: str, now: float, timeout_s: float) -> Status:
     states = [pod_state(p, str((p.get("spec") or {}).get("nodeName") or ""), is_failed(p, update_hash, now, timeout_s)) for p in pods]
+    if w.kind is WorkloadKind.DAEMON_SET:  # a turn the keeper gave holds a place in the budget
+        states = [replace(s, updating=True) if turn_of(p) == update_hash and s.revision != update_hash else s
+                  for p, s in zip(pods, states, strict=True)]
     rollout = w.rollout(update_hash, max(w.replicas, len(states)))
-    why = {t.pod: t for node in {s.node for s in states} for t in turns(rollout, states, node)}
+    why = {t.pod: t for t in turns(rollout, states, None)}  # the budget is the workload's, across its nodes
     rows = []
     for raw, s in sorted(zip(pods, states, strict=True), key=lambda x: x[1].name):
         if s.failed:
@@ -63,12 +67,17 @@ def status(w: Workload, pods: Sequence[Mapping[str, Any]], update_hash: str, now
                 row = PodRow(s.name, s.node, s.revision, s.ready, "updated in place")
             else:
                 row = PodRow(s.name, s.node, s.revision, s.ready, "updated", "created or recreated at the update revision")
-        elif s.updating:
+        elif s.updating and not (w.kind is WorkloadKind.DAEMON_SET and (gate_of(raw) or {}).get("status") != "False"):
             gate = gate_of(raw) or {}
             row = PodRow(s.name, s.node, s.revision, s.ready, "updating", str(gate.get("message") or ""))
         else:
             t = why.get(s.name)
-            if t is not None and t.go:
+            keeper = w.kind is WorkloadKind.DAEMON_SET
+            if keeper and turn_of(raw) == update_hash:
+                row = PodRow(s.name, s.node, s.revision, s.ready, "waiting", "its turn (the keeper's): its node's agent takes it up within a second")
+            elif t is not None and t.go and keeper:
+                row = PodRow(s.name, s.node, s.revision, s.ready, "waiting", "next: the cluster's keeper gives it its turn (is the keeper running?)")
+            elif t is not None and t.go:
                 row = PodRow(s.name, s.node, s.revision, s.ready, "waiting", "its turn: its node's agent takes it up within a second")
             elif t is not None and t.reason.startswith("halted"):
                 row = PodRow(s.name, s.node, s.revision, s.ready, "halted", t.reason)

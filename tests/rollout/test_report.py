@@ -46,3 +46,16 @@ def test_complete_when_every_pod_is_updated_and_ready() -> None:
     pods[1] = _pod("agent-b", "b", "new", False, created=NOW - 10)  # recreated, not Ready yet (not failed: 10 s)
     st = status(W, pods, "new", NOW, 300)
     assert not st.complete and {r.state for r in st.rows} == {"updated"}
+
+
+def test_a_daemonset_pod_waits_for_the_keepers_turn_and_then_its_agent() -> None:
+    """A DaemonSet's turns are the keeper's: a pod that may go next but has no turn yet says the keeper gives
+    it; one with the turn says its agent takes it up; one beyond the budget waits for it."""
+    given = _pod("agent-a", "a", "old", True)
+    given["metadata"]["annotations"] = {"kube-cgroup-agent.io/rollout-turn": "new"}
+    wide = Workload(WorkloadKind.DAEMON_SET, "kube-system", "agent", "uid-ds", Policy.IN_PLACE_IF_POSSIBLE, {"app": "x"}, 3, 4, None, 2)
+    rows = {r.pod: r for r in status(wide, [given, _pod("agent-b", "b", "old", True), _pod("agent-c", "c", "old", True)],
+                                     "new", NOW, 300).rows}
+    assert "the keeper's" in rows["agent-a"].reason
+    assert "the cluster's keeper gives it its turn" in rows["agent-b"].reason
+    assert "as many pods are unavailable" in rows["agent-c"].reason
