@@ -25,7 +25,7 @@ from agent.daemon.rollout.revisions import Revisions
 from agent.daemon.scope import ScopedWatches, WatchSpec
 from agent.infra.apiserver import MERGE_PATCH, APIServer, path
 from agent.infra.logging import get_logger
-from agent.infra.metrics import BaseMetrics
+from agent.infra.metrics import KeeperMetrics
 from agent.kube.errors import wrap
 from agent.kube.status import PodRef, event_body, now_rfc3339
 from agent.rollout.config import RolloutSettings
@@ -67,7 +67,7 @@ class TurnKeeper:
     def __init__(
         self,
         api: APIServer,
-        metrics: BaseMetrics,
+        metrics: KeeperMetrics,
         ready_timeout_s: float = READY_TIMEOUT_S,
         settle_s: float = 0.2,
         start_s: float = START_S,
@@ -133,6 +133,7 @@ class TurnKeeper:
                    for owner in [_owner_uid(p)] if owner}
         active = [(w, raw) for w, raw in workloads if rolling(raw) or w.uid in holding]
         self.pods.want({w.key: WatchSpec(path("v1", "pods", w.namespace), label_selector=w.label_selector) for w, _ in active})
+        self.metrics.rollouts.set(len(active))
         listed = self.pods.listed_keys()
         pods = self.pods.values()
         for w, _ in active:
@@ -156,14 +157,17 @@ class TurnKeeper:
                     self.start_s)
         for name in h.taken_back:
             self.resting[uid_of[name]] = now
+            self.metrics.rollout_turns.labels("taken_back").inc()
             log.warning("rollout_keeper.turn_taken_back", workload=w.key, pod=name,
                         message="the pod's agent did not begin its update in time: the others go first")
         for name in h.clear:
             if self._write(w, name, None):
                 self.granted.pop(uid_of[name], None)
+                self.metrics.rollout_turns.labels("cleared").inc()
         for name in h.grant:
             if self._write(w, name, update_hash):
                 self.granted[uid_of[name]] = now
+                self.metrics.rollout_turns.labels("given").inc()
                 log.info("rollout_keeper.turn", workload=w.key, pod=name, revision=update_hash)
         if h.halted:
             self._once_workload(w, "RolloutHalted", f"pods {', '.join(h.halted)} are not Ready at revision {update_hash}: no further turn is handed out until the template changes")
@@ -174,6 +178,7 @@ class TurnKeeper:
                            timeout=(10, 30))
         except Exception as err:
             log.warning("rollout_keeper.write_failed", workload=w.key, pod=pod, error=str(wrap(f"annotate pod {w.namespace}/{pod}", err)))
+            self.metrics.rollout_turns.labels("failed").inc()
             self.wake.set()
             return False
         self.writes += 1

@@ -167,6 +167,18 @@ class KeeperMetrics(BaseMetrics):
             "When the last pass ended (Unix time).",
             registry=r,
         )
+        self.rollout_turns = Counter(
+            f"{PREFIX}_rollout_turns_total",
+            "DaemonSet rollout turns the keeper wrote on pods, by what: given, cleared (done or stale), taken_back "
+            "(never begun in time: its node's agent is down), failed (the write failed: tried again).",
+            ["what"],
+            registry=r,
+        )
+        self.rollouts = Gauge(
+            f"{PREFIX}_rollout_daemonsets_rolling",
+            "DaemonSets that opt in and roll out now (their pods watched by the keeper), as of the last pass.",
+            registry=r,
+        )
 
 
 def split_address(address: str) -> tuple[str, int]:

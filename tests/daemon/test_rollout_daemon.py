@@ -338,6 +338,9 @@ def test_a_daemonset_over_three_nodes_goes_one_pod_at_a_time_by_the_keepers_turn
         wait_for(lambda: (_ds_kubelet(c), len(one.logged("rollout.done")) + len(two.logged("rollout.done")))[1] == 2,
                  "db-a and db-b updated", timeout=60)
         wait_for(lambda: keeper.resting, "db-c's turn taken back (its agent is down)")
+        turns = {what: keeper.metrics.registry.get_sample_value("kube_cgroup_agent_rollout_turns_total", {"what": what})
+                 for what in ("given", "cleared", "taken_back")}
+        assert turns == {"given": 3.0, "cleared": 3.0, "taken_back": 1.0}, turns
     sampling.set()
     sampler.join(5)
     assert worst[0] == 1
