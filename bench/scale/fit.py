@@ -17,6 +17,7 @@ from dataclasses import dataclass
 NODES = 5000
 PODS_PER_NODE = 110
 VPAS = 10_000
+CLUSTER_PODS = 150_000  # sig-scalability: pods in a cluster, whatever its nodes (30 a node at 5,000 nodes)
 RECOMMENDER_PERIOD_S = 60.0
 KUBELET_LEASE_PER_MIN = 6.0
 KUBELET_STATUS_PER_MIN = 1 / 5
@@ -91,12 +92,20 @@ class Agents:
 
 
 def agents(events_per_change: float, writes_per_min: float, nodes: int = NODES,
-           changes_per_s: float | None = None) -> Agents:
+           changes_per_s: float | None = None, other_writes_per_s: float = 0.0, caused_events_per_s: float = 0.0) -> Agents:
     """`events_per_change`: the watch events one agent receives per change elsewhere (measured: ~1 when
     every agent watches every object, ~0 when the API server filters); `writes_per_min`: one agent's
-    requests a minute on a quiet cluster."""
+    writes a minute on a quiet cluster; `other_writes_per_s`: the cluster-wide writes counted apart (the
+    recommender's, scaled by recommender_at_scale); `caused_events_per_s`: the watch events those writes
+    make (a VPA status patch reaches the nodes with that VPA's pods and the keeper)."""
     c = cluster_changes_per_s() if changes_per_s is None else changes_per_s
-    return Agents(nodes * writes_per_min / 60.0, nodes * events_per_change * c)
+    return Agents(nodes * writes_per_min / 60.0 + other_writes_per_s, nodes * events_per_change * c + caused_events_per_s)
+
+
+def status_watchers(nodes: int = NODES, vpas: int = VPAS, pods: int = CLUSTER_PODS) -> float:
+    """The watchers a VPA's status change reaches: the nodes with its pods (one pod a node: pods / VPAs of
+    them, at most every node), and the keeper."""
+    return min(float(nodes), pods / vpas) + 1.0
 
 
 def share_of_kubelets(a: Agents, k: Kubelets) -> float:
@@ -110,7 +119,6 @@ def objects_at_scale(base_objects: int, base_vpas: int, vpas: int = VPAS) -> int
 
 # ---- the node recommender (agent/recommender/publish.py) ----
 
-CLUSTER_PODS = 150_000  # sig-scalability: pods in a cluster, whatever its nodes (30 a node at 5,000 nodes)
 DEFAULT_RECOMMENDER_INTERVAL_S = 300.0  # agent/recommender/config.py: recommenderInterval's default
 
 
@@ -123,7 +131,7 @@ class RecommenderMeasured:
     entry_bytes: float  # what one entry (a VPA naming the recommender with pods on the node) adds to it
     lease_bytes: float  # one Lease kcg-rec-<vpa>
     history_writes: float  # NodeHistory writes per node per interval (1: one PUT each)
-    lease_writes: float  # Lease writes per held VPA per interval (a renewal every 2-3 intervals: 1/3-1/2)
+    lease_writes: float  # Lease writes per held VPA per interval (a renewal every 3-4 intervals: 1/4-1/3)
     status_writes: float  # VPA status patches per held VPA per interval (only when the status changed)
     lists: float  # the holder's LISTs of NodeHistories per held VPA per interval (1)
 
@@ -166,7 +174,7 @@ def recommender_at_scale(m: RecommenderMeasured, nodes: int = NODES, vpas: int =
         entries a node  e = min(share × pods_per_node, share × vpas)
         NodeHistories     nodes × (base + e × entry)            Leases  share × vpas × lease
         writes a second   nodes × history_writes / interval     (one PUT a node an interval)
-                        + share × vpas × lease_writes / interval  (a renewal every 2-3 intervals)
+                        + share × vpas × lease_writes / interval  (a renewal every 3-4 intervals)
                         + share × vpas × status_writes / interval (a holder's patch, when it changed)
         the holders' LISTs  share × vpas × lists / interval, each returning nodes × e / (share × vpas)
                             NodeHistories (the nodes of one VPA)
