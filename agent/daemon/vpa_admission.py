@@ -28,7 +28,16 @@ from agent.infra.metrics import KeeperMetrics
 from agent.kube.errors import APIError, APINotFound, wrap
 from agent.kube.trim import without_managed_fields
 from agent.vpa.admission import GROUP, PARAMS_LABEL, PLURAL, VERSION
-from agent.vpa.admission_cluster import TARGETS, Desired, Key, desired, differs, only_targets_moved, trimmer
+from agent.vpa.admission_cluster import (
+    TARGETS,
+    Desired,
+    Key,
+    desired,
+    differs,
+    only_targets_moved,
+    targets_within,
+    trimmer,
+)
 from agent.vpa.policy import Options
 from agent.vpa.target import TARGET_LABEL, label_of, wanted_value
 
@@ -43,6 +52,7 @@ LABELS_PER_PASS: Final = 100
 # recommender rewrites every VPA's status about once a minute, and at 10,000 VPAs writing each would be
 # ~170 writes a second; the policy sets a new pod from a recommendation at most this much older.
 TARGETS_EVERY_S: Final = 300.0
+TARGETS_MIN_CHANGE: Final = 0.10  # a new recommendation within this of the one written is not written (targets_within)
 
 
 class _Listed(ObjectCache):
@@ -203,8 +213,9 @@ class Keeper:
         now = self.clock()
         for key, obj in sorted(want.objects.items()):
             if key not in have or differs(have[key], obj):
-                if key in have and only_targets_moved(have[key], obj) and now - self._written.get(key, -1e18) < self.targets_every_s:
-                    continue  # a new recommendation only: with the namespace's next write, at the latest in TARGETS_EVERY_S
+                if key in have and only_targets_moved(have[key], obj) and (
+                        targets_within(have[key], obj, TARGETS_MIN_CHANGE) or now - self._written.get(key, -1e18) < self.targets_every_s):
+                    continue  # a new recommendation only: within 10 % not at all, else with the namespace's next write, at the latest in TARGETS_EVERY_S
                 if self._apply(key, obj):
                     self._written[key] = now
                 else:

@@ -14,6 +14,7 @@ from kubernetes import client
 from agent.daemon.vpa_admission import Keeper
 from agent.infra.apiserver import APIServer
 from agent.infra.metrics import KeeperMetrics
+from agent.vpa.admission_cluster import targets_within
 from agent.vpa.policy import Options
 from tests.daemon.harness import Daemon
 from tests.e2e_k8s.nodes import wait_for
@@ -309,6 +310,37 @@ def test_a_new_recommendation_alone_waits_for_the_namespaces_next_write_a_new_te
         wait_for("the held recommendation once the interval has passed", lambda: _to(r.workload("Deployment/web")) == "350m", 20)
     finally:
         r.close()
+
+
+def test_a_new_recommendation_within_ten_percent_is_not_written_at_all(running: Running) -> None:
+    """A recommended value that moved by at most 10 % of what the object holds is left (the keeper's largest
+    write at 10,000 VPAs would otherwise be following each move); one beyond is written."""
+    c = running.cluster
+    c.put(*DEPLOYMENTS, deployment("web"))
+    c.put(*VPA, vpa("web"))
+    running.start()
+    wait_for("the first object", lambda: _to(running.workload("Deployment/web")) == "250m", 10)
+    c.put(*VPA, vpa("web", cpu="270m"))  # 8 % up: not written, whatever the interval (0 here)
+    passes = running.keeper.passes
+    wait_for("three passes", lambda: running.keeper.passes >= passes + 3, 10)
+    assert _to(running.workload("Deployment/web")) == "250m"
+    c.put(*VPA, vpa("web", cpu="290m"))  # 14 % above what the object holds
+    wait_for("the move beyond 10 %", lambda: _to(running.workload("Deployment/web")) == "290m", 10)
+
+
+@pytest.mark.parametrize(("before", "after", "within"), [
+    ({"cpu": "250m", "memory": "256Mi"}, {"cpu": "270m", "memory": "256Mi"}, True),
+    ({"cpu": "250m", "memory": "256Mi"}, {"cpu": "250m", "memory": "300Mi"}, False),
+    ({"cpu": "250m"}, {"cpu": "250m", "memory": "256Mi"}, False),  # a resource more: written
+    ({"cpu": "0"}, {"cpu": "10m"}, False),
+    ({"cpu": "1"}, {"cpu": "1000m"}, True),
+])
+def test_targets_within_compares_each_value_to_the_larger_of_the_two(before: dict[str, str], after: dict[str, str],
+                                                                     within: bool) -> None:
+    def obj(req: dict[str, str]) -> dict[str, Any]:
+        return {"spec": {"workloads": {"Deployment/web": {"containers": [{"name": "app", "to": {"requests": req, "limits": {}}}]}}}}
+
+    assert targets_within(obj(before), obj(after), 0.10) is within
 
 
 def test_an_applied_object_is_read_whole_before_its_connection_goes_back() -> None:
