@@ -115,10 +115,11 @@ def test_the_keeper_may_change_a_pods_rollout_turn_and_nothing_else_and_an_agent
     image, a label or another annotation are refused by kube-cgroup-agent-rollout-turns, its turn admitted;
     the node's agent (the pod's node in its claim) may not write the turn, which is the keeper's."""
     node = "kcg-scope-nowhere"
-    kubectl("create", "namespace", NS, ok=(0, 1))
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NS, "labels": {"app": "p"}},
+    ns = NS + "-turn"  # not the namespace the tests above delete without waiting
+    kubectl("create", "namespace", ns, ok=(0, 1))
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns, "labels": {"app": "p"}},
            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/c:1"}]}}
-    url = f"/api/v1/namespaces/{NS}/pods/p?dryRun=All"
+    url = f"/api/v1/namespaces/{ns}/pods/p?dryRun=All"
     merge = "application/merge-patch+json"
     turn = "kube-cgroup-agent.io/rollout-turn"
     try:
@@ -140,4 +141,4 @@ def test_the_keeper_may_change_a_pods_rollout_turn_and_nothing_else_and_an_agent
         assert _can(AGENT, "get", "daemonsets.apps")
         print("\ne2e-k8s rollout-turn policy: the keeper's turn admitted, its other pod writes and the agent's turn refused")
     finally:
-        kubectl("delete", "namespace", NS, "--wait=false", ok=(0, 1))
+        kubectl("delete", "namespace", ns, "--wait=false", ok=(0, 1))
