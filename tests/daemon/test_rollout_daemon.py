@@ -28,7 +28,7 @@ from agent.infra.apiserver import APIServer
 from agent.infra.metrics import KeeperMetrics
 from agent.kube.client import api_client
 from agent.rollout.handout import TURN
-from tests.daemon.harness import Env, wait_for
+from tests.daemon.harness import Daemon, Env, wait_for
 from tests.support.fakeapi.node import NODE
 from tests.support.rollout_fakes import (
     DS_API,
@@ -246,6 +246,34 @@ def turn_keeper(env: Env, start_s: float = 300.0) -> Iterator[TurnKeeper]:
         keeper.join(5)
 
 
+@contextlib.contextmanager
+def two_agents_sampled(env: Env, config: dict[str, Any], tmp_path: Any) -> Iterator[tuple[Daemon, Daemon, list[int]]]:
+    """The agents of node-1 and node-2 (ready), and the most pods unavailable at once in the cluster, sampled
+    every 10 ms until the block ends."""
+    env.cluster.other_nodes["node-2"] = {**copy.deepcopy(env.cluster.node), "metadata": {"name": "node-2", "resourceVersion": "1"}}
+    worst = [0]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.01):
+            worst[0] = max(worst[0], _unavailable(env))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    second = tmp_path / "node-2.yaml"
+    second.write_text(env.config(nodeName="node-2", stateDir=str(tmp_path / "state-2"), observeOnly=True, **config).read_text())
+    one = env.daemon(**config)
+    two = Daemon(second, tmp_path / "node-2.log").start()
+    env.daemons.append(two)
+    try:
+        one.ready()
+        two.ready()
+        yield one, two, worst
+    finally:
+        sampling.set()
+        sampler.join(5)
+
+
 def _daemonset(c: Any, nodes: dict[str, str], generation: int = 2) -> dict[str, Any]:
     """A DaemonSet db whose update revision bbb2 changes only proxy's image, its pods at aaa1 on `nodes`."""
     serve_rollout_kinds(c)
@@ -315,34 +343,13 @@ def test_a_daemonset_over_three_nodes_goes_one_pod_at_a_time_by_the_keepers_turn
     c = env.cluster
     nodes = {"db-a": NODE, "db-b": "node-2", "db-c": "node-3"}
     _daemonset(c, nodes)
-    c.other_nodes["node-2"] = {**copy.deepcopy(c.node), "metadata": {"name": "node-2", "resourceVersion": "1"}}
-    worst = [0]
-    sampling = threading.Event()
-
-    def sample() -> None:
-        while not sampling.wait(0.01):
-            worst[0] = max(worst[0], _unavailable(env))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    second = tmp_path / "node-2.yaml"
-    second.write_text(env.config(nodeName="node-2", stateDir=str(tmp_path / "state-2"), observeOnly=True, **config).read_text())
-    from tests.daemon.harness import Daemon
-
-    one = env.daemon(**config)
-    two = Daemon(second, tmp_path / "node-2.log").start()
-    env.daemons.append(two)
-    one.ready()
-    two.ready()
-    with turn_keeper(env, start_s=2.0) as keeper:
+    with two_agents_sampled(env, config, tmp_path) as (one, two, worst), turn_keeper(env, start_s=2.0) as keeper:
         wait_for(lambda: (_ds_kubelet(c), len(one.logged("rollout.done")) + len(two.logged("rollout.done")))[1] == 2,
                  "db-a and db-b updated", timeout=60)
         wait_for(lambda: keeper.resting, "db-c's turn taken back (its agent is down)")
         turns = {what: keeper.metrics.registry.get_sample_value("kube_cgroup_agent_rollout_turns_total", {"what": what})
                  for what in ("given", "cleared", "taken_back")}
         assert turns == {"given": 3.0, "cleared": 3.0, "taken_back": 1.0}, turns
-    sampling.set()
-    sampler.join(5)
     assert worst[0] == 1
     at = {n: _pod_by_name(env, n)["metadata"]["labels"]["controller-revision-hash"] for n in nodes}
     assert at == {"db-a": "bbb2", "db-b": "bbb2", "db-c": "aaa1"}
@@ -380,26 +387,7 @@ def test_two_nodes_keep_the_order_the_partition_and_the_budget_at_every_step(env
     sts["spec"]["replicas"] = 4
     c.put(*STS_API, sts)
     c.fail("PATCH", "/pods/db-3$", 409)  # the first image patch of db-3 meets a conflict
-    c.other_nodes["node-2"] = {**copy.deepcopy(c.node), "metadata": {"name": "node-2", "resourceVersion": "1"}}
-    worst = [0]
-    sampling = threading.Event()
-
-    def sample() -> None:
-        while not sampling.wait(0.01):
-            worst[0] = max(worst[0], _unavailable(env))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    second = tmp_path / "node-2.yaml"
-    second.write_text(env.config(nodeName="node-2", stateDir=str(tmp_path / "state-2"), observeOnly=True, **config).read_text())
-    from tests.daemon.harness import Daemon
-
-    with FakeKubelet(env.cluster, update, "db-2", nodes=nodes) as kubelet:
-        one = env.daemon(**config)
-        two = Daemon(second, tmp_path / "node-2.log").start()
-        env.daemons.append(two)
-        one.ready()
-        two.ready()
+    with FakeKubelet(env.cluster, update, "db-2", nodes=nodes) as kubelet, two_agents_sampled(env, config, tmp_path) as (one, two, worst):
         wait_for(lambda: len(one.logged("rollout.done")) == 2 and len(two.logged("rollout.done")) == 1, "db-3, db-2, db-1 updated", timeout=60)
         assert _patched(env) == ["db-3", "db-2", "db-1"]
         assert _pod_by_name(env, "db-0")["metadata"]["labels"]["controller-revision-hash"] == "db-1"  # below the partition
@@ -409,8 +397,6 @@ def test_two_nodes_keep_the_order_the_partition_and_the_budget_at_every_step(env
         c.put(*STS_API, {**sts, "status": {"currentRevision": "db-1", "updateRevision": "db-1"}})
         wait_for(lambda: all(_pod_by_name(env, n)["spec"]["containers"][1]["image"] == "proxy:1" for n in ("db-1", "db-2", "db-3"))
                  and len(one.logged("rollout.done")) == 4 and len(two.logged("rollout.done")) == 2, "the rollback", timeout=60)
-    sampling.set()
-    sampler.join(5)
     assert worst[0] == 1  # one pod at a time, never two, across both nodes
     conflicts = [r for r in c.recorded("PATCH", "/pods/db-3") if "/status" not in r.path]
     assert len(conflicts) >= 3  # the 409, its retry, and the rollback's patch
