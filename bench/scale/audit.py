@@ -94,6 +94,19 @@ def tally_recommender(records: Iterable[Record]) -> dict[str, int]:
     return dict(c.most_common())
 
 
+def tally_status(records: Iterable[Record]) -> dict[str, int]:
+    """The holder's VPA status patches by the VPA they changed ("namespace/name"), most first."""
+    c = Counter(r.target for r in records if r.verb == "patch" and recommender_part(r) == REC_STATUS)
+    return dict(c.most_common())
+
+
+def patches_by_age(by_vpa: dict[str, int], held: set[str], aged: set[str]) -> dict[str, dict[str, int]]:
+    """A holder's status patches (tally_status) summed for its aged VPAs (`aged`: their pods' histories
+    seeded) and its young ones (the other VPAs it holds), with how many VPAs each."""
+    return {"aged": {"vpas": len(held & aged), "patches": sum(v for k, v in by_vpa.items() if k in aged)},
+            "young": {"vpas": len(held - aged), "patches": sum(v for k, v in by_vpa.items() if k not in aged)}}
+
+
 def tally(records: Iterable[Record]) -> dict[str, int]:
     """Requests by "verb resource", most first."""
     c = Counter(f"{r.verb} {r.resource}" for r in records)

@@ -132,8 +132,13 @@ class RecommenderMeasured:
     lease_bytes: float  # one Lease kcg-rec-<vpa>
     history_writes: float  # NodeHistory writes per node per interval (1: one PUT each)
     lease_writes: float  # Lease writes per held VPA per interval (a renewal every 3-4 intervals: 1/4-1/3)
-    status_writes: float  # VPA status patches per held VPA per interval (only when the status changed)
+    # VPA status patches per held VPA per interval (only when the status changed), of the VPAs whose pods have
+    # days of history (the harness seeds 8): the steady state; a run that did not tell them apart: every VPA's
+    status_writes: float
     lists: float  # the holder's LISTs of NodeHistories per held VPA per interval (1)
+    # the same of a VPA whose pods had no history when their agent started: its first hours' transient, while
+    # the confidence grows and the bounds move by more than statusMinChange at a merge; None: not told apart
+    status_writes_young: float | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,9 @@ class RecommenderAtScale:
     lists_per_s: float
     nodes_per_vpa: float  # NodeHistories one LIST returns
     list_bytes_per_s: float  # what those LISTs return
+    # the status patches were every VPA as young as the young ones measured (all in their first hour at once:
+    # none counted in writes_per_s, the steady state); None: not measured
+    status_writes_young_per_s: float | None = None
 
     @property
     def bytes(self) -> float:
@@ -175,7 +183,8 @@ def recommender_at_scale(m: RecommenderMeasured, nodes: int = NODES, vpas: int =
         NodeHistories     nodes × (base + e × entry)            Leases  share × vpas × lease
         writes a second   nodes × history_writes / interval     (one PUT a node an interval)
                         + share × vpas × lease_writes / interval  (a renewal every 3-4 intervals)
-                        + share × vpas × status_writes / interval (a holder's patch, when it changed)
+                        + share × vpas × status_writes / interval (a holder's patch, when it changed: the
+                                                                   steady state; status_writes_young beside it)
         the holders' LISTs  share × vpas × lists / interval, each returning nodes × e / (share × vpas)
                             NodeHistories (the nodes of one VPA)
     """
@@ -190,7 +199,8 @@ def recommender_at_scale(m: RecommenderMeasured, nodes: int = NODES, vpas: int =
         history_writes_per_s=nodes * m.history_writes / interval_s,
         lease_writes_per_s=named * m.lease_writes / interval_s,
         status_writes_per_s=named * m.status_writes / interval_s,
-        lists_per_s=lists, nodes_per_vpa=per_vpa, list_bytes_per_s=lists * per_vpa * one)
+        lists_per_s=lists, nodes_per_vpa=per_vpa, list_bytes_per_s=lists * per_vpa * one,
+        status_writes_young_per_s=None if m.status_writes_young is None else named * m.status_writes_young / interval_s)
 
 
 def at_interval(per_min: float, measured_interval_s: float, interval_s: float = DEFAULT_RECOMMENDER_INTERVAL_S) -> float:

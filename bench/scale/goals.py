@@ -82,9 +82,45 @@ def recommender_rows(data: dict[str, Any]) -> list[tuple[dict[str, int], float, 
             for r in (quiet.get("agents") or {}).values() if "recommender" in r and quiet.get("window_s")]
 
 
+def status_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The agents' rows over the run that tell the holder's status patches of aged VPAs (their pods' histories
+    seeded) from those of young ones (harness.status_patches); none for a run before that."""
+    return [r for r in (data.get("steady") or {}).values() if r.get("status_patches") and r.get("window_s")]
+
+
+def status_split(data: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(status patches per aged VPA per interval, per young VPA per interval) over the run: the steady state
+    and the transient; None where the run had no such VPA, or did not tell them apart."""
+    interval = (data.get("recommender") or {}).get("interval_s")
+    if not interval:
+        return None, None
+    sums = {"aged": [0.0, 0.0], "young": [0.0, 0.0]}  # patches, VPA intervals
+    for row in status_rows(data):
+        for age, acc in sums.items():
+            part = row["status_patches"].get(age) or {}
+            acc[0] += part.get("patches", 0)
+            acc[1] += part.get("vpas", 0) * row["window_s"] / interval
+    aged, young = sums["aged"], sums["young"]
+    return (aged[0] / aged[1] if aged[1] else None), (young[0] / young[1] if young[1] else None)
+
+
+def young_intervals(data: dict[str, Any]) -> tuple[float, float, float] | None:
+    """The young VPAs' age in intervals over which their patches were counted: (from, the earliest end, the
+    latest end) — each agent's from a minute after it started to the end of the run; None without them."""
+    interval = (data.get("recommender") or {}).get("interval_s")
+    rows = [r for r in status_rows(data) if (r["status_patches"].get("young") or {}).get("vpas")]
+    if not interval or not rows:
+        return None
+    starts = [float(r.get("from_s", 60.0)) / interval for r in rows]
+    ends = [(float(r.get("from_s", 60.0)) + r["window_s"]) / interval for r in rows]
+    return min(starts), min(ends), max(ends)
+
+
 def recommender_measured(data: dict[str, Any]) -> fit.RecommenderMeasured | None:
     """Bytes per NodeHistory and per entry, per Lease, and requests per interval, from one run; None for a
-    run without the recommender, or one whose agents wrote no NodeHistory entry or Lease (nothing to scale)."""
+    run without the recommender, or one whose agents wrote no NodeHistory entry or Lease (nothing to scale).
+    The status patches of the VPAs with days of history (the steady state) apart from the young ones' (the
+    transient) where the run told them apart; else every VPA's."""
     rec = data.get("recommender") or {}
     interval = rec.get("interval_s")
     project = (data.get("storage") or {}).get("project") or {}
@@ -105,11 +141,13 @@ def recommender_measured(data: dict[str, Any]) -> fit.RecommenderMeasured | None
     def total(keys: tuple[str, ...]) -> float:
         return sum(counts.get(k, 0) for k in keys)
 
+    aged, young = status_split(data)
     return fit.RecommenderMeasured(
         history_base_bytes=nh.get("base_bytes", 0) / nh["count"], entry_bytes=nh.get("entry_bytes", 0) / nh["entries"],
         lease_bytes=leases["bytes"] / leases["count"],
         history_writes=total(REC_HISTORY_WRITES) / node_intervals, lease_writes=total(REC_LEASE_WRITES) / vpa_intervals,
-        status_writes=total(REC_STATUS_WRITES) / vpa_intervals, lists=total(REC_LISTS) / vpa_intervals)
+        status_writes=total(REC_STATUS_WRITES) / vpa_intervals if aged is None else aged, lists=total(REC_LISTS) / vpa_intervals,
+        status_writes_young=young if aged is not None else None)
 
 
 def steady_rates(data: dict[str, Any]) -> tuple[float | None, float | None]:
@@ -136,6 +174,40 @@ def steady_writes_reads(data: dict[str, Any]) -> tuple[float | None, float | Non
     writes = [r["other_writes_per_min"] for r in rows if "other_writes_per_min" in r]
     reads = [r["reads_per_min"] for r in rows if "reads_per_min" in r]
     return (max(writes) if writes else None), (max(reads) if reads else None)
+
+
+# What a young VPA's status patches are (agent/recommender/estimate.py and publish.worth_writing): its upper
+# bound is the percentile × (1 + 1/confidence), the confidence its age in days, so while it is young the bound
+# falls by more than statusMinChange (10 %) whenever its age grew by about 10 %: at nearly every merge for
+# about its first 10 intervals (50 minutes at the default 5), then ever more rarely, until about a day.
+TRANSIENT = ("the transient of a VPA's first hour or so at the default interval: while its confidence (its age in days) "
+             "grows, its bounds move by more than 10 % at nearly every merge for about its first 10 intervals, then each "
+             "time its age grows by about 10 %, ever more rarely, until it is about a day old")
+
+
+def _rounded(obj: object, digits: int) -> dict[str, float | None]:
+    return {k: None if v is None else round(v, digits) for k, v in vars(obj).items()}
+
+
+def young_span(ages: tuple[float, float, float] | list[float] | None, interval_s: float | None) -> str:
+    """The young VPAs' ages their patches were counted over, in intervals (young_intervals)."""
+    if not ages or not interval_s:
+        return ""
+    start, first_end, last_end = ages
+    ends = f"{first_end:.0f}" if round(first_end) == round(last_end) else f"{first_end:.0f}–{last_end:.0f}"
+    return f" over its intervals {start:.0f} to {ends} at the run's {interval_s:g} s"
+
+
+def young_statuses(m: fit.RecommenderMeasured, rec: fit.RecommenderAtScale, ages: tuple[float, float, float] | None,
+                   interval_s: float) -> str:
+    """The young VPAs' status patches measured, and what they would be at scale were every VPA that young
+    ("" when the run did not tell them apart)."""
+    if m.status_writes_young is None or rec.status_writes_young_per_s is None:
+        return ""
+    return (f"a VPA whose pods had no history when their agent started (one of each agent node's) was patched "
+            f"{m.status_writes_young:.2f} times an interval{young_span(ages, interval_s)}: {TRANSIENT}; were all {rec.vpas:,.0f} "
+            f"that young at once, {rec.vpas:,.0f} × {m.status_writes_young:.2f} / {rec.interval_s:g} s = "
+            f"{rec.status_writes_young_per_s:.1f}/s")
 
 
 def _kib(n: float) -> str:
@@ -211,6 +283,10 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
     # among the agents' below; its objects among the project's)
     m = recommender_measured(data)
     rec = fit.recommender_at_scale(m, interval_s=default_interval) if m is not None else None
+    ages = young_intervals(data)
+    seed_days = (rec_info.get("seeded") or {}).get("days")
+    steady_state = (f": VPAs whose pods have {seed_days:g} days of history, the steady state"
+                    if m is not None and m.status_writes_young is not None and seed_days else "")
     rec_limit = (fit.recommender_at_scale(m, pods_per_node=fit.CLUSTER_PODS / fit.NODES, interval_s=default_interval)
                  if m is not None else None)
     writes_min, reads_min = steady_writes_reads(data)
@@ -279,9 +355,12 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
              + ", ".join(f"{k} {v}" for k, v in rec_by.items()) + ")"
              + ("" if steady is None or steady <= 6.0 else "; " + where_steady), keep=True)
     rec_writes = (f"the recommender's {rec.writes_per_s:.1f}/s at its default interval (NodeHistories {rec.history_writes_per_s:.1f}, "
-                  f"Leases {rec.lease_writes_per_s:.1f}, VPA statuses {rec.status_writes_per_s:.1f}), each status change reaching "
-                  f"{watchers:.0f} watchers (the nodes of its VPA's {fit.CLUSTER_PODS / fit.VPAS:.0f} pods and the keeper): "
-                  f"{rec.status_writes_per_s * watchers:.0f} watch events/s" if rec is not None else "no recommender")
+                  f"Leases {rec.lease_writes_per_s:.1f}, VPA statuses {rec.status_writes_per_s:.1f}{steady_state}), each status change "
+                  f"reaching {watchers:.0f} watchers (the nodes of its VPA's {fit.CLUSTER_PODS / fit.VPAS:.0f} pods and the keeper): "
+                  f"{rec.status_writes_per_s * watchers:.0f} watch events/s"
+                  + (f"; every VPA in its first hour at once: statuses {rec.status_writes_young_per_s:.1f}/s, "
+                     f"{rec.status_writes_young_per_s * watchers:.0f} watch events/s" if rec.status_writes_young_per_s is not None else "")
+                  if rec is not None else "no recommender")
     shipped = fit.agents(share or 0.0, writes_min or 0.0)  # deploy/'s configuration: the node recommender off
     extrap["agents_shipped"] = {"writes_per_s": round(shipped.writes_per_s, 1), "watch_events_per_s": round(shipped.watch_events_per_s, 1)}
     extrap["agents_shipped_over_kubelets"] = round(fit.share_of_kubelets(shipped, kub), 4)
@@ -337,12 +416,12 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
     extrap["project_bytes_at_scale"] = int(at_scale)
     if m is not None and rec is not None and rec_limit is not None:
         extrap["recommender"] = {
-            "measured": {k: round(v, 3) for k, v in m.__dict__.items()},
+            "measured": _rounded(m, 3),
             "interval_s": default_interval, "measured_interval_s": rec_interval,
-            "at_110_pods_a_node": {k: round(v, 1) for k, v in rec.__dict__.items()},
-            "at_30_pods_a_node": {k: round(v, 1) for k, v in rec_limit.__dict__.items()},
-            **({"at_the_harness_share": {"share": round(rec_share[0], 3),
-                                         **{k: round(v, 1) for k, v in rec_share[1].__dict__.items()}}} if rec_share else {}),
+            "at_110_pods_a_node": _rounded(rec, 1),
+            "at_30_pods_a_node": _rounded(rec_limit, 1),
+            **({"at_the_harness_share": {"share": round(rec_share[0], 3), **_rounded(rec_share[1], 1)}} if rec_share else {}),
+            **({"young_intervals": [round(a, 1) for a in ages]} if ages is not None and m.status_writes_young is not None else {}),
         }
     where_storage = _where_storage(per_vpa, per_node, rec, rec_limit, rec_share, m, project)
     # a run with the recommender on that measured none of it has not measured the goal
@@ -372,8 +451,10 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
                       f"NodeHistories {rec.nodes:,} × {m.history_writes:.2f} / {default_interval:g} s = {rec.history_writes_per_s:.1f}/s, "
                       f"Lease renewals {rec.vpas:,.0f} × {m.lease_writes:.2f} / {default_interval:g} s = {rec.lease_writes_per_s:.1f}/s "
                       f"(a renewal every 3-4 intervals: 0.25-0.33 an interval), VPA statuses {rec.vpas:,.0f} × {m.status_writes:.2f} / "
-                      f"{default_interval:g} s = {rec.status_writes_per_s:.1f}/s (the holder's patch when the recommendation changed); "
-                      f"reads beside them: the holders' LISTs {rec.lists_per_s:.1f}/s, each of the {rec.nodes_per_vpa:.0f} NodeHistories "
+                      f"{default_interval:g} s = {rec.status_writes_per_s:.1f}/s (the holder's patch when the recommendation changed"
+                      f"{steady_state}); "
+                      + (f"beside them, not counted: {young}; " if (young := young_statuses(m, rec, ages, rec_interval)) else "")
+                      + f"reads beside them: the holders' LISTs {rec.lists_per_s:.1f}/s, each of the {rec.nodes_per_vpa:.0f} NodeHistories "
                       f"of a VPA's nodes ({rec.nodes_per_vpa * rec.history_bytes / MIB:.1f} MiB), {rec.list_bytes_per_s / MIB:.0f} MiB/s")
         elif with_rec:
             where += "; the recommender: not measured (no NodeHistory entry or Lease was written)"

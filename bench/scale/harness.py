@@ -4,6 +4,7 @@ snapshots of what is measured; and the teardown of everything it started (by PID
 
 from __future__ import annotations
 
+import random
 import shutil
 import sys
 import time
@@ -14,15 +15,29 @@ from typing import Any
 from bench.scale import metrics, usage
 from bench.scale.agents import Process, start_agent, start_keeper, wait_ready
 from bench.scale.api import MERGE, Client, Credentials, in_parallel
-from bench.scale.audit import READS, AuditTail, split_recommender, tally, tally_recommender
+from bench.scale.audit import (
+    READS,
+    AuditTail,
+    patches_by_age,
+    split_recommender,
+    tally,
+    tally_recommender,
+    tally_status,
+)
 from bench.scale.churn import Churn, Cluster, Counts, now_iso
 from bench.scale.cluster import Loader, install
 from bench.scale.controlplane import HOME, ControlPlane, taken
 from bench.scale.kubelets import Kubelets
 from bench.scale.nodes import (
     RECOMMENDER_INTERVAL_S,
+    SEED_COUNT_STEP_S,
+    SEED_DAYS,
+    SEED_STEP_S,
+    Seeded,
     SimNode,
     converge_tree,
+    named_pods,
+    seed_recommender,
     token,
     write_files,
     write_kubeconfig,
@@ -74,12 +89,15 @@ class Harness:
         self.started: dict[str, float] = {}  # agent -> when it was first ready
         self.usage = usage.Updater()  # the containers' CPU counters of the nodes whose agent runs
         self.counters: dict[str, list[usage.Counter]] = {}
+        self.seeded: dict[str, Seeded] = {}  # agent node -> the recommender state written before its agent started
 
     def steady(self, after_s: float = 60.0) -> dict[str, Any]:
         """Each agent's reads a minute from `after_s` past its start to now (its watches' reconnects
         included, whatever happened around it), and its writes apart from those a VPA change made it send;
         the recommender's requests apart (audit.recommender_part), with the VPAs the node holds (each of its
-        VPAs naming the recommender has its pods on this node only: it holds them all)."""
+        VPAs naming the recommender has its pods on this node only: it holds them all). The holder's VPA
+        status patches also by VPA, and summed for the VPAs whose pods' histories were seeded ("aged": the
+        steady state) and for the others ("young": no history when the agent started, the transient)."""
         assert self.audit is not None
         now = time.time()
         out: dict[str, Any] = {}
@@ -91,11 +109,21 @@ class Harness:
             own = [r for r in recs if r.verb not in READS
                    and r.resource not in ("pods/resize", "pods", "pods/status", "events")]
             minutes = (now - t0 - after_s) / 60
-            out[name] = {"window_s": round(minutes * 60), "reads_per_min": round(len(reads) / minutes, 2),
+            out[name] = {"window_s": round(minutes * 60), "from_s": after_s, "reads_per_min": round(len(reads) / minutes, 2),
                          "other_writes_per_min": round(len(own) / minutes, 2), "reads": tally(reads),
                          "recommender_per_min": round(len(rec) / minutes, 2), "recommender": tally_recommender(rec),
                          "held_vpas": len(self.owns[name].recommended) if name in self.owns else 0}
+            if name in self.owns:
+                out[name].update(self.status_patches(name, tally_status(rec)))
         return out
+
+    def status_patches(self, node: str, by_vpa: dict[str, int]) -> dict[str, Any]:
+        """The holder's status patches of a node's VPAs ("namespace/name" -> count), summed for its aged VPAs
+        (their pods' histories seeded) and its young ones."""
+        o = self.owns[node]
+        aged = {f"{o.namespace}/{n}" for n in o.seeded} if node in self.seeded else set()
+        held = {f"{o.namespace}/{n}" for n, _, _ in o.recommended}
+        return {"status_patches_by_vpa": by_vpa, "status_patches": patches_by_age(by_vpa, held, aged)}
 
     def recommender_info(self) -> dict[str, Any]:
         """What the recommender ran with and over, for goals.py: the harness's interval and the default, the
@@ -111,6 +139,12 @@ class Harness:
             "vpas_on_node": sum(1 for o in one.objects if o["kind"] == "VerticalPodAutoscaler") if one else 0,
             "named_pods_per_node": one.recommended_pods if one else 0,
             "named_containers_per_node": sorted(o.recommended_containers for o in self.owns.values()),
+            "seeded": {"vpas_per_node": len(one.seeded) if one else 0, "young_vpas_per_node": len(one.young) if one else 0,
+                       "vpas": list(one.seeded) if one else [], "days": SEED_DAYS, "sample_step_s": SEED_STEP_S,
+                       "count_step_s": SEED_COUNT_STEP_S, "nodes": len(self.seeded),
+                       "containers_per_node": sorted(x.containers for x in self.seeded.values()),
+                       "bytes_per_node": sorted(x.bytes for x in self.seeded.values()),
+                       "seconds": round(self.timings.get("recommender_seed_s", 0.0), 2)},
             "usage": {"containers": len(self.usage), "passes": self.usage.passes,
                       "cpu_s": round(self.usage.cpu_s, 1), "errors": self.usage.errors},
         }
@@ -157,10 +191,15 @@ class Harness:
             pods = self.loader.pods(o.pods, started, first_ip=s.index * 256)
             write_files(s, self.shipped, self.recommender_interval_s)
             self.counters[s.name] = converge_tree(s, self.node_objs[s.name], pods)
+            self.seed(s, o.vpa_objects(o.seeded), pods)
             agent_pod = next(p for p in pods if p["metadata"]["namespace"] == AGENT_NS)
             write_kubeconfig(s.kubeconfig, s.proxy_port, self.cp.pki / "ca.crt",
                              token(self.client, "kube-cgroup-agent", agent_pod))
         self.timings["nodes_s"] = time.monotonic() - t1
+        if self.seeded:
+            one = next(iter(self.seeded.values()))
+            say(f"recommender state seeded on {len(self.seeded)} nodes ({one.containers} containers each, {SEED_DAYS:g} days) "
+                f"in {self.timings['recommender_seed_s']:.1f} s")
         names = {"keeper": PROXY_BASE - 2, "reference": PROXY_BASE - 1, **{s.name: s.proxy_port for s in self.sims}}
         self.proxy = Proxy(self.cp.ports.api, self.cp.pki, names, {"reference"}, self.cp.state / "logs" / "proxy.log")
         self.kubelets = Kubelets(self.client, [s.name for s in self.sims] + self.other_nodes, self.audit)
@@ -173,6 +212,17 @@ class Harness:
         write_kubeconfig(keeper_dir / "kubeconfig", PROXY_BASE - 2, self.cp.pki / "ca.crt",
                          token(self.client, "kube-cgroup-agent-vpa-admission", None))
         self.keeper = start_keeper(keeper_dir, keeper_dir / "kubeconfig", AGENT_PORT_BASE - 4, AGENT_PORT_BASE - 3)
+
+    def seed(self, node: SimNode, vpas: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+        """The node's recommender state as its sampler would have left it after SEED_DAYS of sampling the
+        containers of the pods `vpas` select (nodes.seed_recommender), ending now; before its agent starts."""
+        if not vpas:
+            return
+        t0 = time.monotonic()
+        keys = named_pods(vpas, pods)
+        counters = [c for c in self.counters[node.name] if c.pod in keys]
+        self.seeded[node.name] = seed_recommender(node, counters, time.time(), random.Random(f"seed/{node.name}"))
+        self.timings["recommender_seed_s"] = self.timings.get("recommender_seed_s", 0.0) + time.monotonic() - t0
 
     def start_agents(self, n: int) -> dict[str, float]:
         """Agents on the first n nodes (those not running yet); seconds until each was ready."""

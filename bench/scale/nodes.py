@@ -9,9 +9,11 @@ counter file its sampler reads, with usage (usage.py)."""
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
@@ -19,6 +21,10 @@ from bench.scale import usage
 from bench.scale.api import Client
 from bench.scale.objects import AGENT_NS
 from tests.support.cgroup_tree import FakeCgroupTree
+
+if TYPE_CHECKING:  # the agent is imported once bench.scale.code.use chose which code
+    from agent.recommender.config import RecommenderSettings
+    from agent.recommender.state import RecommenderState
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 KUBELET_CONFIG = {
@@ -161,7 +167,90 @@ def sampler_files(tree: FakeCgroupTree, pod: str, container: str, files: dict[st
                        ("memory.stat", usage.memory_stat(used, inactive)), ("memory.oom_control", usage.OOM_CONTROL)):
         if name in files:
             tree.path(files[name]).write_text(text if text.endswith("\n") else text + "\n")
-    return usage.Counter(tree.path(cpu), cores)
+    return usage.Counter(tree.path(cpu), cores, pod=pod, container=container, working_set=ws)
+
+
+# ---- the recommender's histories of a node that has run for days -------------------------------------
+
+# A run starts its agents on fresh nodes, so a history made only by the run is in its first minutes: its
+# confidence grows at every interval, its bounds move by more than statusMinChange at each merge and its
+# target moves between buckets while few samples are in, and its holder rewrites the VPA's status about every
+# interval. A cluster whose agents have run for days is past that. So the harness writes, before the agents
+# start, each agent node's recommender state as its sampler would have left it after SEED_DAYS of sampling,
+# for the pods of the VPAs in scenario.OWN_SEEDED (the third VPA naming the recommender stays young: the
+# transient is measured on it), through the agent's own code (RecommenderState.observe, the call the
+# daemon makes for each sample, and the agent's store.save).
+SEED_DAYS: Final = 8.0  # the memory window (memoryAggregationInterval 24 h × memoryAggregationIntervalCount 8)
+# The shortcut that keeps the setup fast: one sample every SEED_STEP_S through the add path (CPU from the
+# usage thread's model: the container's base rate times a log-normal factor; memory its working set, of
+# which the add path keeps each aggregation interval's peak), then the CPU sample count set to what one
+# sample every SEED_COUNT_STEP_S would have given (VPA's rate, the Metrics Server's once a minute; the agent's
+# sampler, every second, would count more, to no effect). The count only feeds the confidence, min(lifespan,
+# samples) in confidence intervals: the lifespan's 8 days either way. The CPU histogram then holds one sample
+# every 10 minutes: the agent's own samples (every second) outweigh it after some minutes, drawn from the
+# same model, so that its percentiles stay where they were.
+SEED_STEP_S: Final = 600.0
+SEED_COUNT_STEP_S: Final = 60.0
+DAY_S: Final = 86_400.0
+
+
+def named_pods(vpas: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The keys ("namespace/name") of the pods the VPAs select, by the publisher's own rule
+    (agent/recommender/publish.py `selects`): the pods whose histories a node publishes for those VPAs."""
+    from agent.pods.parse import parse_pod
+    from agent.recommender.publish import selects
+
+    chosen = list(vpas)
+    views = [parse_pod(p) for p in pods]
+    return {v.key for v in views if any(selects(vpa, v) for vpa in chosen)}
+
+
+def seeded_state(settings: RecommenderSettings, counters: Iterable[usage.Counter], now: float, rng: random.Random,
+                 days: float = SEED_DAYS, step_s: float = SEED_STEP_S,
+                 count_step_s: float = SEED_COUNT_STEP_S) -> RecommenderState:
+    """A recommender state holding, for each counter's container (keyed as the sampler keys it: its pod
+    "namespace/name" and its container name), the history of `days` of samples ending at `now`: one every
+    `step_s` through RecommenderState.observe (CPU: the base rate times usage.factor, as the usage thread
+    advances the counter; memory: the working set), then the sample count of one every `count_step_s`."""
+    from agent.recommender.state import RecommenderState
+    from agent.recommender.trace import Sample
+
+    state = RecommenderState(settings)
+    span = days * DAY_S
+    steps = int(span // step_s)
+    count = int(span // count_step_s) + 1
+    for c in counters:
+        if not c.pod or not c.container:
+            raise ValueError(f"{c.path}: a counter without its container's key cannot be seeded")
+        memory = float(c.working_set)
+        for i in range(steps, -1, -1):  # oldest first; the last at `now`
+            state.observe(Sample(now - i * step_s, c.pod, c.container, c.cores * usage.factor(rng), memory))
+        state.histories[(c.pod, c.container)].samples = count  # the shortcut (above): the count feeds the confidence
+    return state
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """What seed_recommender wrote: the agent's state file, the containers and the samples added."""
+
+    path: Path
+    containers: int
+    samples: int
+    bytes: int
+
+
+def seed_recommender(node: SimNode, counters: Sequence[usage.Counter], now: float, rng: random.Random) -> Seeded:
+    """Write the node's recommender state (`stateDir`/`recommender.stateFile`, read from the agent's config as
+    the daemon reads it) with the histories of `counters`' containers (seeded_state), by the agent's own
+    store (atomic write, the daemon's format). Before the agent starts: it loads the file at its start."""
+    from agent.config.settings import load_file
+    from agent.recommender.store import save
+
+    settings = load_file(node.config)
+    path = settings.state_dir / settings.recommender.state_file
+    state = seeded_state(settings.recommender, counters, now, rng)
+    size = save(path, state)
+    return Seeded(path, len(state.histories), len(counters) * (int(SEED_DAYS * DAY_S // SEED_STEP_S) + 1), size)
 
 
 def token(client: Client, sa: str, bound_pod: dict[str, Any] | None, seconds: int = 24 * 3600) -> str:

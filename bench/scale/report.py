@@ -141,18 +141,33 @@ def recommender_lines(data: dict[str, Any]) -> list[str]:
             f"{info.get('vpas_per_node')} of each agent node's {info.get('vpas_on_node')} VPAs name it "
             f"({info.get('named_pods_per_node')} of its {info.get('pods_per_node')} pods), on containers whose CPU counters "
             "advance every second (bench/scale/usage.py).")
+    seeded = info.get("seeded") or {}
+    if seeded.get("vpas_per_node"):
+        text += (f" Before the agents started, the pods of {seeded['vpas_per_node']} of those VPAs on each node were given "
+                 f"{seeded['days']:g} days of history, as the node's sampler would have left it (its recommender state "
+                 f"written through the agent's own code: bench/scale/README.md), the pods of the other "
+                 f"{seeded.get('young_vpas_per_node')} none: the steady state of a cluster whose agents have run for days, "
+                 "and a VPA's start.")
     if not ex:
         return ["", text + " It published nothing this run could measure."]
     m, big, small = ex["measured"], ex["at_110_pods_a_node"], ex["at_30_pods_a_node"]
+    young = m.get("status_writes_young")
+    statuses = (f"{m['status_writes']:.2f} status patches"
+                + (f" a VPA with {seeded['days']:g} days of history (the steady state)" if young is not None and seeded.get("days") else ""))
     text += (f" Measured: a NodeHistory {m['history_base_bytes']:.0f} bytes and {m['entry_bytes']:.0f} a (VPA, node) entry, a "
              f"Lease {m['lease_bytes']:.0f} bytes; per interval {m['history_writes']:.2f} NodeHistory writes a node, "
-             f"{m['lease_writes']:.2f} Lease writes, {m['status_writes']:.2f} status patches and {m['lists']:.2f} LISTs a VPA. "
+             f"{m['lease_writes']:.2f} Lease writes, {statuses} and {m['lists']:.2f} LISTs a VPA"
+             + (f"; a VPA with no history {young:.2f} status patches an interval{goals.young_span(ex.get('young_intervals'), info.get('interval_s'))}: "
+                f"{goals.TRANSIENT}" if young is not None else "") + ". "
              f"At {big['nodes']:,.0f} nodes, every VPA naming it and its default interval: NodeHistories "
              f"{big['histories_bytes'] / MIB:.0f} MiB at 110 pods a node ({small['histories_bytes'] / MIB:.0f} MiB at 30, the "
              f"cluster limit of 150,000 pods), Leases {big['leases_bytes'] / MIB:.1f} MiB; writes {big['history_writes_per_s']:.1f} + "
              f"{big['lease_writes_per_s']:.1f} + {big['status_writes_per_s']:.1f} a second (NodeHistories, Lease renewals, statuses); "
-             f"the holders' LISTs {big['lists_per_s']:.1f} a second, {big['list_bytes_per_s'] / MIB:.0f} MiB a second.")
+             f"the holders' LISTs {big['lists_per_s']:.1f} a second, {big['list_bytes_per_s'] / MIB:.0f} MiB a second."
+             + (f" Were every VPA in its first hour at once, its statuses would be {big['status_writes_young_per_s']:.1f} a second "
+                f"instead of {big['status_writes_per_s']:.1f}." if big.get("status_writes_young_per_s") is not None else ""))
     return ["", text]
+
 
 
 def rollout_lines(data: dict[str, Any]) -> list[str]:

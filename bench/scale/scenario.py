@@ -137,6 +137,10 @@ def elsewhere_nodes(base: Base, factor: int) -> list[str]:
 # six, 54 of its 110 pods — two opted in to the actuator, one not; the others are served by VPA's own
 # recommender (the harness writes their status as it would).
 OWN_RECOMMENDED = ("svc-2", "svc-3", "svc-4")
+# Of those, the VPAs whose pods' histories the harness seeds before the agents start, as if the node had
+# sampled them for 8 days (nodes.seed_recommender): the steady state of a cluster whose agents have run for
+# days. The third (svc-4) starts with no history, as every VPA in a fresh cluster: its first hour's transient.
+OWN_SEEDED = ("svc-2", "svc-3")
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,19 @@ class Own:
     @property
     def recommended_containers(self) -> int:
         return sum(len(cs) * n for _, cs, n in self.recommended)
+
+    @property
+    def seeded(self) -> list[str]:
+        """The VPAs naming the node recommender whose pods' histories are seeded (OWN_SEEDED)."""
+        return [name for name, _, _ in self.recommended if name in OWN_SEEDED]
+
+    @property
+    def young(self) -> list[str]:
+        """The VPAs naming the node recommender whose pods have no history when the agent starts."""
+        return [name for name, _, _ in self.recommended if name not in OWN_SEEDED]
+
+    def vpa_objects(self, names: list[str]) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o["kind"] == "VerticalPodAutoscaler" and o["metadata"]["name"] in names]
 
 
 def own_ns(node_name: str) -> str:

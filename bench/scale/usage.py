@@ -70,11 +70,16 @@ OOM_CONTROL: Final = "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"
 
 @dataclass
 class Counter:
-    """One container's cpuacct.usage: its path, its base rate, its total so far."""
+    """One container's cpuacct.usage: its path, its base rate, its total so far; and which container it is
+    as the recommender's sampler names it (`pod` "namespace/name", `container`), with its working set, so
+    that a history seeded for it (nodes.seeded_state) draws from the same usage."""
 
     path: Path
     cores: float
     total_ns: int = 0
+    pod: str = ""
+    container: str = ""
+    working_set: int = 0
 
     def advance(self, dt_s: float, factor: float) -> int:
         """The total after `dt_s` seconds at the base rate times `factor`; a counter never goes back."""

@@ -288,3 +288,111 @@ def test_the_share_goal_counts_what_the_churn_added_not_the_recommenders_own_req
     assert out["fit"]["share"]["points"][-1][1] == 0.001
     del data["elsewhere"][-1]["agents"]["sim-000"]["share_marginal"], data["elsewhere"][-1]["agents"]["sim-001"]["share_marginal"]
     assert _goal(goals.analyse(data), "share of the churn's bytes")["value"] == 0.02  # a run that did not count it
+
+
+# ---- the status patches of VPAs with days of history (seeded) and of young ones ----
+
+def with_ages(data: dict[str, Any], aged: tuple[int, int], young: tuple[int, int], windows: tuple[int, int] = (600, 600),
+              ) -> dict[str, Any]:
+    """The two agents' status patches over the run told apart: per agent those of its 2 VPAs whose pods' histories
+    were seeded (8 days) and those of its young one, each counted from a minute after it started."""
+    data["recommender"]["seeded"] = {"vpas_per_node": 2, "young_vpas_per_node": 1, "vpas": ["svc-2", "svc-3"], "days": 8.0,
+                                     "sample_step_s": 600.0, "count_step_s": 60.0, "nodes": 2}
+    for (name, row), a, y, w in zip(data["steady"].items(), aged, young, windows, strict=True):
+        row["window_s"], row["from_s"] = w, 60.0
+        row["recommender"]["patch verticalpodautoscalers/status"] = a + y
+        row["status_patches"] = {"aged": {"vpas": 2, "patches": a}, "young": {"vpas": 1, "patches": y}}
+        row["status_patches_by_vpa"] = {f"own-{name}/svc-2": a, f"own-{name}/svc-4": y}
+    return data
+
+
+def _aged_run(aged: tuple[int, int] = (3, 3), young: tuple[int, int] = (30, 30),
+              windows: tuple[int, int] = (600, 600)) -> dict[str, Any]:
+    return with_ages(with_recommender(run(share=0.00005, cpu=0.1, rss=1.0, steady=0.5, latency=0.3)), aged, young, windows)
+
+
+@pytest.mark.parametrize(("aged", "young", "windows", "aged_rate", "young_rate", "ages"), [
+    # 600 s at 20 s: 30 intervals an agent; 2 aged VPAs and 1 young each
+    ((3, 3), (30, 30), (600, 600), 6 / 120, 60 / 60, (3.0, 33.0, 33.0)),
+    ((0, 0), (20, 10), (600, 600), 0.0, 30 / 60, (3.0, 33.0, 33.0)),
+    # an agent started later: a shorter window, its young VPA counted over its intervals 3 to 18
+    ((0, 1), (15, 15), (600, 300), 1 / (60 + 30), 30 / (30 + 15), (3.0, 18.0, 33.0)),
+])
+def test_the_status_patches_of_aged_and_young_vpas_are_measured_apart(aged: tuple[int, int], young: tuple[int, int],
+                                                                      windows: tuple[int, int], aged_rate: float,
+                                                                      young_rate: float, ages: tuple[float, ...]) -> None:
+    data = _aged_run(aged, young, windows)
+    got_aged, got_young = goals.status_split(data)
+    assert got_aged == pytest.approx(aged_rate) and got_young == pytest.approx(young_rate)
+    assert goals.young_intervals(data) == ages
+    m = goals.recommender_measured(data)
+    assert m is not None
+    assert m.status_writes == pytest.approx(aged_rate) and m.status_writes_young == pytest.approx(young_rate)
+    # the other counts as they were (here over 2 agents' 600 s or 600 + 300 s)
+    intervals = sum(windows) / 20
+    assert m.history_writes == pytest.approx(60 / intervals) and m.lists == pytest.approx(180 / (3 * intervals))
+
+
+@pytest.mark.parametrize("case", ["no split", "nothing seeded"])
+def test_a_run_that_did_not_tell_them_apart_counts_every_vpas_patches(case: str) -> None:
+    data = with_recommender(run(share=0.00005, cpu=0.1, rss=1.0, steady=0.5, latency=0.3))
+    if case == "nothing seeded":  # every VPA young: no steady state measured, every patch counted as before
+        for row in data["steady"].values():
+            row["status_patches"] = {"aged": {"vpas": 0, "patches": 0}, "young": {"vpas": 3, "patches": 90}}
+    m = goals.recommender_measured(data)
+    assert m == MEASURED and m.status_writes_young is None
+    out = goals.analyse(data)
+    assert out["extrapolation"]["recommender"]["measured"]["status_writes_young"] is None
+    assert "young_intervals" not in out["extrapolation"]["recommender"]
+    assert "no history" not in _goal(out, "project's objects' writes")["where"]
+
+
+def test_the_writes_goal_takes_the_aged_rate_and_states_the_young_one_beside() -> None:
+    out = goals.analyse(_aged_run())
+    writes = _goal(out, "project's objects' writes")
+    # the keeper's 5/s, NodeHistories 16.7, Leases 13.3, statuses 10,000 × 0.05 / 300 = 1.7 (not 33.3)
+    assert writes["value"] == round(5.0 + 5000 / 300 + 10_000 * 0.4 / 300 + 10_000 * 0.05 / 300, 1) == 36.7
+    assert writes["met"]
+    for part in ("VPA statuses 10,000 × 0.05 / 300 s = 1.7/s (the holder's patch when the recommendation changed: VPAs "
+                 "whose pods have 8 days of history, the steady state)",
+                 "beside them, not counted: a VPA whose pods had no history when their agent started (one of each agent "
+                 "node's) was patched 1.00 times an interval over its intervals 3 to 33 at the run's 20 s: the transient of a "
+                 "VPA's first hour or so", "were all 10,000 that young at once, 10,000 × 1.00 / 300 s = 33.3/s"):
+        assert part in writes["where"], (part, writes["where"])
+    rec = out["extrapolation"]["recommender"]
+    assert rec["measured"]["status_writes"] == 0.05 and rec["measured"]["status_writes_young"] == 1.0
+    assert rec["at_110_pods_a_node"]["status_writes_per_s"] == 1.7
+    assert rec["at_110_pods_a_node"]["status_writes_young_per_s"] == 33.3
+    assert rec["young_intervals"] == [3.0, 33.0, 33.0]
+
+
+def test_the_agents_share_of_the_kubelets_load_counts_the_steady_statuses() -> None:
+    out = goals.analyse(_aged_run())
+    g = _goal(out, "agents' writes and watch events at 5,000 nodes, over the kubelets' (the node recommender")
+    kub = 2 * 5000 * (6 + 0.2) / 60
+    statuses = 10_000 * 0.05 / 300
+    events_elsewhere = 5000 * 0.00005 * 10_000 / 60
+    assert g["value"] == round((5000 / 300 + 10_000 * 0.4 / 300 + statuses + 16 * statuses + events_elsewhere) / kub, 4)
+    assert g["met"]
+    assert "VPA statuses 1.7: VPAs whose pods have 8 days of history, the steady state" in g["where"]
+    assert "every VPA in its first hour at once: statuses 33.3/s, 533 watch events/s" in g["where"]
+
+
+@pytest.mark.parametrize(("data", "says", "not_said"), [
+    (_aged_run(), ["Before the agents started, the pods of 2 of those VPAs on each node were given 8 days of history",
+                   "0.05 status patches a VPA with 8 days of history (the steady state)",
+                   "a VPA with no history 1.00 status patches an interval over its intervals 3 to 33 at the run's 20 s: "
+                   "the transient of a VPA's first hour or so",
+                   "Were every VPA in its first hour at once, its statuses would be 33.3 a second instead of 1.7."], []),
+    (_aged_run(windows=(600, 300), young=(15, 15)), ["over its intervals 3 to 18–33 at the run's 20 s"], []),
+    # a run from before: every VPA's patches, nothing said of ages
+    (with_recommender(run(share=0.00005, cpu=0.1, rss=1.0, steady=0.5, latency=0.3)), ["1.00 status patches and 1.00 LISTs a VPA"],
+     ["history (the steady state)", "no history", "Before the agents started", "first hour"]),
+])
+def test_the_report_states_the_steady_state_and_the_transient(data: dict[str, Any], says: list[str], not_said: list[str]) -> None:
+    data.update(goals.analyse(data))
+    text = "\n".join(report.recommender_lines(data))
+    for part in says:
+        assert part in text, (part, text)
+    for part in not_said:
+        assert part not in text, (part, text)

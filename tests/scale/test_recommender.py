@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from bench.scale import nodes, objects, storage, usage
-from bench.scale.audit import Record, recommender_part, split_recommender, tally_recommender
+from bench.scale.audit import (
+    Record,
+    patches_by_age,
+    recommender_part,
+    split_recommender,
+    tally_recommender,
+    tally_status,
+)
 from tests.support.cgroup_tree import FakeCgroupTree
 
 SHIPPED = {"cgroupfs": "/host/sys/fs/cgroup", "kubeletConfig": "/k", "stateDir": "/s", "resyncPeriod": "60s",
@@ -191,3 +198,38 @@ def test_the_recommenders_requests_tallied() -> None:
     rec, other = split_recommender(recs)
     assert (len(rec), len(other)) == (3, 1)
     assert tally_recommender(recs) == {"update nodehistories": 2, "update leases kcg-rec-*": 1}
+
+
+def _patch(target: str, verb: str = "patch", resource: str = "verticalpodautoscalers/status") -> Record:
+    return Record(0.0, "agent:sim-000", verb, resource, 200, target)
+
+
+AGED = {"own-sim-000/svc-2", "own-sim-000/svc-3"}
+HELD = AGED | {"own-sim-000/svc-4"}
+
+
+@pytest.mark.parametrize(("records", "by_vpa", "aged", "young"), [
+    # after their first merge, VPAs with days of history are rarely patched; the young one at most merges
+    ([_patch("own-sim-000/svc-4")] * 5 + [_patch("own-sim-000/svc-2")], {"own-sim-000/svc-4": 5, "own-sim-000/svc-2": 1},
+     {"vpas": 2, "patches": 1}, {"vpas": 1, "patches": 5}),
+    ([], {}, {"vpas": 2, "patches": 0}, {"vpas": 1, "patches": 0}),
+    # the holder's other requests are not status patches
+    ([_patch("own-sim-000/svc-2", "get"), _patch("own-sim-000/kcg-rec-svc-2", "update", "leases"),
+      _patch("/sim-000", "update", "nodehistories"), _patch("own-sim-000/svc-3")],
+     {"own-sim-000/svc-3": 1}, {"vpas": 2, "patches": 1}, {"vpas": 1, "patches": 0}),
+])
+def test_the_holders_status_patches_are_told_apart_by_vpa_and_age(records: list[Record], by_vpa: dict[str, int],
+                                                                  aged: dict[str, int], young: dict[str, int]) -> None:
+    rec, _ = split_recommender(records)
+    assert tally_status(rec) == by_vpa
+    assert patches_by_age(by_vpa, HELD, AGED) == {"aged": aged, "young": young}
+
+
+@pytest.mark.parametrize(("held", "aged", "split"), [
+    (HELD, AGED, ({"vpas": 2, "patches": 3}, {"vpas": 1, "patches": 4})),
+    (HELD, set(), ({"vpas": 0, "patches": 0}, {"vpas": 3, "patches": 7})),  # nothing seeded: every VPA young
+])
+def test_a_node_without_seeded_histories_holds_young_vpas_only(held: set[str], aged: set[str],
+                                                              split: tuple[dict[str, int], dict[str, int]]) -> None:
+    by_vpa = {"own-sim-000/svc-2": 1, "own-sim-000/svc-3": 2, "own-sim-000/svc-4": 4}
+    assert patches_by_age(by_vpa, held, aged) == {"aged": split[0], "young": split[1]}
