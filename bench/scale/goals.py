@@ -42,7 +42,7 @@ def events_elsewhere(agent: dict[str, Any], changes: int) -> float | None:
     ev = agent.get("events")
     if ev is None or not changes:
         return None
-    n = sum(v for k, v in ev.items() if not k.startswith(("BOOKMARK", "ERROR")) and k.split(" ", 1)[1] not in OWN_KINDS)
+    n: float = sum(v for k, v in ev.items() if not k.startswith(("BOOKMARK", "ERROR")) and k.split(" ", 1)[1] not in OWN_KINDS)
     return n / changes
 
 
@@ -295,7 +295,7 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
                     caused_events_per_s=rec.status_writes_per_s * watchers if rec is not None else 0.0)
     reads_at_scale = fit.NODES * (reads_min or 0.0) / 60.0 + (rec.lists_per_s if rec is not None else 0.0)
     kub = fit.kubelets()
-    extrap = {
+    extrap: dict[str, Any] = {
         "nodes": fit.NODES, "vpas": fit.VPAS, "objects_elsewhere": x_scale,
         "cluster_changes_per_s": round(fit.cluster_changes_per_s(), 1),
         "kubelets": {"writes_per_s": round(kub.writes_per_s, 1), "watch_events_per_s": round(kub.watch_events_per_s, 1)},
@@ -316,9 +316,10 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
     if last:
         a = last["agents"]
         where = _where_bytes(last)
-        reads = next(iter((quiet.get("agents") or {}).values()), {}).get("reads_since_start") or {}
-        if reads:
-            where += "; what one agent lists, watches and gets from its start: " + ", ".join(f"{k} {v}" for k, v in reads.items())
+        first: dict[str, Any] = next(iter((quiet.get("agents") or {}).values()), {})
+        since_start: dict[str, Any] = first.get("reads_since_start") or {}
+        if since_start:
+            where += "; what one agent lists, watches and gets from its start: " + ", ".join(f"{k} {v}" for k, v in since_start.items())
         goal(f"RSS growth per agent, objects ×{last['factor']} and churn", _max(a, "rss_growth_mib"), 2.0, "MiB", where)
         # what the churn added to an agent's bytes over its quiet rate, which holds its recommender's own
         # requests (a NodeHistory PUT and LISTs each interval: about 1 KiB/s at the harness's 20 s interval,

@@ -42,7 +42,7 @@ def charts(data: dict[str, Any]) -> list[svg.Chart]:
     pts = data.get("fit", {})
 
     def p(k: str) -> list[tuple[float, float]]:
-        return [tuple(x) for x in pts.get(k, {}).get("points", [])]  # type: ignore[misc]
+        return [(float(x[0]), float(x[1])) for x in pts.get(k, {}).get("points", [])]
 
     return [
         svg.Chart("Share of the churn's bytes, per agent", "objects elsewhere", "share (1 = all)", p("share"), 0.01, "goal 1 %"),
@@ -65,7 +65,7 @@ def summary(data: dict[str, Any]) -> list[str]:
            f"keeper {q.get('keeper_per_min')}/min"]
     for s in data.get("elsewhere", []):
         a = s["agents"]
-        row = next(iter(a.values()), {})
+        row: dict[str, Any] = next(iter(a.values()), {})
         out.append(f"×{s['factor']}: {s['objects_total']} objects, churn {s['churn']['changes']} changes, "
                    f"{s['churn']['served_bytes'] / MIB:.1f} MiB served; an agent: share {row.get('share')}, "
                    f"cpu/10k {row.get('cpu_per_10k_s')} s, RSS +{row.get('rss_growth_mib')} MiB; settled {s['churn']['settled_after_s']}")

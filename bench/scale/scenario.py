@@ -7,7 +7,7 @@ on an agent's node."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.scale.objects import (
@@ -48,8 +48,7 @@ class Base:
     pods_per_deployment: int = 2  # bound to nodes without an agent
 
     def times(self, factor: int) -> Base:
-        return Base(*(getattr(self, f) * factor for f in self.__dataclass_fields__ if f != "pods_per_deployment"),
-                    pods_per_deployment=self.pods_per_deployment)
+        return replace(self, **{f: getattr(self, f) * factor for f in self.__dataclass_fields__ if f != "pods_per_deployment"})
 
 
 # ---- the "elsewhere" cluster ---------------------------------------------------------------------------
