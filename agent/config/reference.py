@@ -1,5 +1,5 @@
 """The configuration reference, generated from the settings' own definitions: every key of the config file
-(`agent.config.keys.KEYS`) and of its sections (`recommender:`, `vpa:`, `rollout:`), with its type, its
+(`agent.config.keys.KEYS`) and of its sections (`recommender:` and its `prometheus:`, `vpa:`, `rollout:`), with its type, its
 default and the `doc` its field carries (`agent.infra.configsection.doc`).
 
     python -m agent.config.reference           # rewrite the generated part of docs/configuration.md
@@ -50,6 +50,8 @@ def sections() -> tuple[Section, ...]:
         Section("Top level", "", Settings, {key: spec[0] for key, spec in keys.KEYS.items()},
                 {key: spec[1] for key, spec in keys.KEYS.items()}),
         Section("`recommender:`", "recommender.", recommender_config.RecommenderSettings, recommender_config.KEYS),
+        Section("`recommender.prometheus:`", "recommender.prometheus.", recommender_config.PrometheusSettings,
+                recommender_config.PROMETHEUS_KEYS),
         Section("`vpa:`", "vpa.", vpa_config.VPASettings, vpa_config.KEYS),
         Section("`rollout:`", "rollout.", rollout_config.RolloutSettings, rollout_config.KEYS),
     )
@@ -157,8 +159,8 @@ def generated() -> str:
         out += [f"### {section.title}", "", "| key | type | default | meaning |", "| --- | --- | --- | --- |"]
         for row in rows(section):
             meaning = row.doc
-            if row.kind == "section":
-                meaning += f": [its keys](#{row.key}) below"
+            if row.kind == "section":  # the heading `recommender.prometheus:` is #recommenderprometheus
+                meaning += f": [its keys](#{row.key.replace('.', '')}) below"
             out.append(f"| `{row.key}` | {_cell(row.kind)} | {_cell(row.default)} | {_cell(meaning)} |")
         out.append("")
     return "\n".join([*out, END])

@@ -1,6 +1,7 @@
 """The recommender beside the daemon's pod loop: a thread that samples the node every `sampleInterval`
 (one read pass), feeds the histories, saves them every minute (and at stop), and reacts to an OOM kill at
-once (a log line, a metric, and the `on_oom` hooks — the VPA actuator's way in)."""
+once (a log line, a metric, and the `on_oom` hooks — the VPA actuator's way in). With a Prometheus
+configured, a container it has no history of gets its history from there first (agent.recommender.history)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from agent.daemon.components import Component, DaemonContext
 from agent.infra.logging import get_logger
 from agent.recommender.estimate import recommend
+from agent.recommender.history import HistoryLoader, loader_for
 from agent.recommender.publish import Publisher
 from agent.recommender.sampler import Sampler, Target, reader_for, targets
 from agent.recommender.state import RecommenderState
@@ -31,6 +33,7 @@ class RecommenderComponent:
     clock: Callable[[], float] = time.time
     on_oom: list[Callable[[Target], None]] = field(default_factory=list)
     publisher: Publisher | None = None  # with an API: the VPAs that name this recommender
+    history: HistoryLoader | None = None  # with recommender.prometheus.address: new containers' history
     name: str = "recommender"
     _thread: threading.Thread | None = None
 
@@ -39,8 +42,11 @@ class RecommenderComponent:
         settings = self.context.settings
         wanted = targets(self.context.pods(), settings.cgroup_root_name, settings.cgroup_driver, self.context.env.hierarchy)
         samples, oomed = self.sampler.tick(now, wanted)
-        for s in samples:
-            self.state.observe(s)
+        if self.history is not None:  # a container never seen waits for its history from Prometheus
+            self.history.feed(self.state, [(t.pod, t.container) for t in wanted], samples, now)
+        else:
+            for s in samples:
+                self.state.observe(s)
         log.debug("recommender.tick", containers=len(wanted), samples=len(samples))
         for t in oomed:
             log.warning("recommender.oom", pod=t.pod, container=t.container, reacted=settings.recommender.react_to_oom)
@@ -82,6 +88,8 @@ class RecommenderComponent:
                 last_save = time.monotonic()
         self.persist()
         self.sampler.close()
+        if self.history is not None:
+            self.history.close()
         self._release()
 
     def _release(self) -> None:
@@ -137,4 +145,8 @@ def recommender_component(context: DaemonContext) -> Component | None:
         read = NodeVPAs(APIServer(context.api), lambda: context.pods())
         publisher = Publisher(context.api, context.node, state, lambda: context.pods(),
                               lambda: (context.vpas or read)())
-    return RecommenderComponent(context, state, sampler, path, publisher=publisher)
+    history = loader_for(settings.recommender)
+    if history is not None:
+        log.info("recommender.prometheus", address=history.prom.address,
+                 history_length_s=history.prom.history_length_s, resolution_s=history.prom.history_resolution_s)
+    return RecommenderComponent(context, state, sampler, path, publisher=publisher, history=history)

@@ -3,6 +3,7 @@ under `recommender:`), with VPA's defaults and where each comes from."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final
@@ -21,6 +22,152 @@ CPU_MAX: Final = 1000.0  # cores; same
 MEMORY_FIRST_BUCKET: Final = 1e7  # bytes; aggregations_config.go MemoryHistogramOptions
 MEMORY_MAX: Final = 1e12  # bytes; same
 DAY_S: Final = 86_400.0
+
+
+PROMETHEUS_DURATION: Final = re.compile(r"(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?")
+_PROMETHEUS_UNITS_S: Final = (365 * DAY_S, 7 * DAY_S, DAY_S, 3600.0, 60.0, 1.0, 0.001)
+LABEL_NAME: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # Prometheus's label names
+METRIC_NAME: Final = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")  # and metric names
+
+
+def parse_prometheus_duration(text: str) -> float:
+    """A Prometheus duration (prometheus/common model.ParseDuration, as VPA's --history-length and
+    --history-resolution are read: `8d`, `1h`, `1h30m`, `90s`, `500ms`) in seconds."""
+    m = PROMETHEUS_DURATION.fullmatch(text.strip())
+    if not m or not text.strip() or text.strip() == "0":
+        raise ValueError(f"{text!r} is not a Prometheus duration like 8d or 1h")
+    return sum(int(n) * unit for n, unit in zip(m.groups(), _PROMETHEUS_UNITS_S, strict=True) if n)
+
+
+def prometheus_duration(seconds: float) -> str:
+    """Seconds as a Prometheus duration in its largest whole unit: 691200 is `8d`, 3600 `1h`, 0.5 `500ms`."""
+    ms = round(seconds * 1000)
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusSettings:
+    """The `recommender.prometheus` section: where a container the node has no history of gets its usage
+    history, as VPA's recommender does with `--storage=prometheus` (input/history/history_provider.go).
+    Each key is VPA's flag without its `prometheus-` prefix (the section says it), in camelCase, with
+    VPA's default (config/config.go), except `address` (VPA: http://prometheus.monitoring.svc), empty here:
+    off; and two bounds of the node's own (`maxSeries`, `maxBytes`)."""
+
+    address: str = field(default="", metadata=doc(
+        "VPA's `--prometheus-address` (http://prometheus.monitoring.svc there): the Prometheus whose cAdvisor "
+        "series give a container the node has no history of its history, e.g. "
+        "`http://prometheus.monitoring.svc:9090`; empty: off", default="empty: off"))
+    query_timeout_s: float = field(default=300.0, metadata=doc(
+        "VPA's `--prometheus-query-timeout`: each of a load's two range queries (CPU, memory) is given up "
+        "after this long"))
+    history_length_s: float = field(default=8 * DAY_S, metadata=doc(
+        "VPA's `--history-length`, a Prometheus duration: how far back the range queries reach",
+        default="`8d`", kind="Prometheus duration"))
+    history_resolution_s: float = field(default=3600.0, metadata=doc(
+        "VPA's `--history-resolution`, a Prometheus duration: the queries' step and the CPU rate's window "
+        "(one sample a step)", default="`1h`", kind="Prometheus duration"))
+    cadvisor_job_name: str = field(default="kubernetes-cadvisor", metadata=doc(
+        "VPA's `--prometheus-cadvisor-job-name`: the `job` of the cAdvisor series; empty: any job"))
+    history_cpu_metric: str = field(default="container_cpu_usage_seconds_total", metadata=doc(
+        "VPA's `--history-cpu-metric`: the CPU counter (seconds), read as its `rate` over `historyResolution`"))
+    history_memory_metric: str = field(default="container_memory_working_set_bytes", metadata=doc(
+        "VPA's `--history-memory-metric`: the memory gauge (bytes), read at each step"))
+    container_namespace_label: str = field(default="namespace", metadata=doc(
+        "VPA's `--container-namespace-label`: the series' label naming the pod's namespace"))
+    container_pod_name_label: str = field(default="pod_name", metadata=doc(
+        "VPA's `--container-pod-name-label`: the series' label naming the pod; kubelets since 1.16 write "
+        "`pod`"))
+    container_name_label: str = field(default="name", metadata=doc(
+        "VPA's `--container-name-label`: the series' label naming the container; kubelets since 1.16 write "
+        "`container`"))
+    max_series: int = field(default=2000, metadata=doc(
+        "beyond VPA: a query answering with more series gives no history (one log line)"))
+    max_bytes: int = field(default=8 * 1024 * 1024, metadata=doc(
+        "beyond VPA: a response body larger than this many bytes is not read further and gives no history "
+        "(one log line)"))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.address)
+
+
+PROMETHEUS_KEYS: Final = {
+    "address": "address",
+    "queryTimeout": "query_timeout_s",
+    "historyLength": "history_length_s",
+    "historyResolution": "history_resolution_s",
+    "cadvisorJobName": "cadvisor_job_name",
+    "historyCpuMetric": "history_cpu_metric",
+    "historyMemoryMetric": "history_memory_metric",
+    "containerNamespaceLabel": "container_namespace_label",
+    "containerPodNameLabel": "container_pod_name_label",
+    "containerNameLabel": "container_name_label",
+    "maxSeries": "max_series",
+    "maxBytes": "max_bytes",
+}
+
+
+def parse_prometheus(raw: object) -> PrometheusSettings:
+    """The `recommender.prometheus:` section; ValueError lists every problem, each naming its key."""
+    if raw is None:
+        return PrometheusSettings()
+    if not isinstance(raw, Mapping):
+        raise ValueError("recommender.prometheus must be a map of settings")
+    changes: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in raw.items():
+        name = PROMETHEUS_KEYS.get(str(key))
+        if name is None:
+            problems.append(f"recommender.prometheus: unknown setting {key!r}")
+            continue
+        try:
+            changes[name] = _prometheus_value(name, value)
+        except ValueError as err:
+            problems.append(f"recommender.prometheus.{key}: {err}")
+    out = replace(PrometheusSettings(), **changes)
+    if not problems and out.history_resolution_s > out.history_length_s:
+        problems.append("recommender.prometheus.historyResolution must not exceed historyLength")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return out
+
+
+def _prometheus_value(name: str, value: object) -> object:
+    if name == "address":
+        if not isinstance(value, str):
+            raise ValueError(f"{value!r} is not a URL")
+        if value and not re.fullmatch(r"https?://[^/\s?#@]+(/[^\s?#]*)?", value):
+            raise ValueError(f"{value!r} is not an http:// or https:// URL without credentials (empty: off)")
+        return value.rstrip("/")
+    if name == "query_timeout_s":
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError(f"{value!r} is not a duration like 5m")
+        seconds = parse_duration_us(value) / 1e6 if isinstance(value, str) else float(value)
+        if seconds <= 0:
+            raise ValueError(f"{value!r} is not a duration above zero")
+        return seconds
+    if name in ("history_length_s", "history_resolution_s"):
+        if not isinstance(value, str):
+            raise ValueError(f"{value!r} is not a Prometheus duration like 8d or 1h")
+        seconds = parse_prometheus_duration(value)
+        if seconds <= 0:
+            raise ValueError(f"{value!r} is not a duration above zero")
+        return seconds
+    if name in ("max_series", "max_bytes"):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{value!r} is not a positive integer")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a name")
+    if name == "cadvisor_job_name":
+        return value
+    pattern = METRIC_NAME if name.endswith("_metric") else LABEL_NAME
+    if not pattern.fullmatch(value):
+        raise ValueError(f"{value!r} is not a Prometheus {'metric' if name.endswith('_metric') else 'label'} name")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +233,9 @@ class RecommenderSettings:
         "changed; 0 writes every target's move; in [0, 1)"))
     state_file: str = field(default="recommender.json", metadata=doc(
         "the histograms' file, under `stateDir`"))
+    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings, metadata=doc(
+        "the history of a container the node has no history of, from Prometheus as VPA's `--storage=prometheus` "
+        "reads it (docs/recommender.md); off by default", kind="section"))
 
     @property
     def cpu_options(self) -> ExponentialOptions:
@@ -125,6 +275,12 @@ def parse_recommender(raw: object) -> RecommenderSettings:
         name = KEYS.get(str(key))
         if name is None:
             problems.append(f"recommender: unknown setting {key!r}")
+            continue
+        if name == "prometheus":
+            try:
+                changes[name] = parse_prometheus(value)
+            except ValueError as err:
+                problems.append(str(err))
             continue
         default = getattr(base, name)
         try:

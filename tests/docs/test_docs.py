@@ -314,9 +314,12 @@ def test_every_shown_default_is_a_value_its_key_takes_and_gives_the_default_back
                 continue  # words: "unset", "the node's"
             key = row.key.removeprefix(section.prefix)
             raw: dict[str, Any] = {key: yaml.safe_load(m.group(1))}
-            settings: Any = from_mapping(raw if not section.prefix else {section.prefix[:-1]: raw})
-            if section.prefix:
-                settings = getattr(settings, section.prefix[:-1])
+            path = section.prefix[:-1].split(".") if section.prefix else []  # recommender.prometheus: nested
+            for name in reversed(path):
+                raw = {name: raw}
+            settings: Any = from_mapping(raw)
+            for name in path:
+                settings = getattr(settings, name)
             name = section.keys[key]
             assert getattr(settings, name) == getattr(defaults, name), row
             checked += 1

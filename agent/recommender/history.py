@@ -1,0 +1,311 @@
+"""The shell of the history from Prometheus (`agent.recommender.prometheus` has the pure parts): a worker
+thread asks, the recommender's own thread applies.
+
+When the recommender first sees a container it has no history of (the agent's first start, a pod moved in,
+a state file lost), `HistoryLoader.feed` hands the container to the worker and holds its samples back; the
+worker runs VPA's two range queries for the batch (each bounded by `queryTimeout`, `maxSeries` and
+`maxBytes`) and builds the histories; at a later tick `feed` puts each history into the state, then the
+samples held back, in their order, so the container's first recommendation already has its history — or,
+when Prometheus was slow, down, wrong or huge, logs one line and lets the held samples through: the node's
+own history, as without Prometheus. A batch not answered within its deadline (two query timeouts from when it
+was asked, and a grace) is given up the same way, whatever the worker is doing; nothing here ever waits on
+the network in the recommender's thread, and the worker never touches the state.
+
+`http_fetch` is the thin HTTP client (`Fetch`): a POST of the query's form to `/api/v1/query_range`, a
+socket timeout of the time left before each read, the body read to at most `maxBytes`."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import urlencode, urlsplit
+
+from agent.infra.logging import get_logger
+from agent.recommender.config import PrometheusSettings, RecommenderSettings
+from agent.recommender.model import ContainerHistory
+from agent.recommender.prometheus import (
+    HistoryError,
+    RangeQuery,
+    histories,
+    history_queries,
+    parse_matrix,
+    samples_by_key,
+)
+from agent.recommender.state import Key, RecommenderState
+from agent.recommender.trace import Sample
+
+log = get_logger("agent.recommender")
+
+PODS_PER_QUERY: Final = 64  # a batch's pods: what one pair of queries asks about
+GRACE_S: Final = 5.0  # beyond a batch's deadline, before the recommender gives it up itself
+READ_CHUNK: Final = 64 * 1024
+
+Fetch = Callable[[RangeQuery, float], bytes]
+"""(query, seconds left) -> the response's body; HistoryError (one line) when there is none to use."""
+
+
+def _left(deadline: float, timeout_s: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise HistoryError(f"no answer within {timeout_s:g}s")
+    return left
+
+
+def _error_text(body: bytes) -> str:
+    """Prometheus's own words from an error response (`errorType: error`), else the body's start."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("error"), str):
+        return f"{doc.get('errorType', 'error')}: {doc['error'][:200]}"
+    return body[:120].decode("utf-8", "replace").strip() or "no body"
+
+
+def http_fetch(address: str, max_bytes: int) -> Fetch:
+    """The HTTP client of `address` (http:// or https://, a path prefix kept)."""
+    url = urlsplit(address)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(f"{address!r} is not an http:// or https:// URL")
+    path = url.path.rstrip("/") + "/api/v1/query_range"
+    host, port, secure = url.hostname, url.port, url.scheme == "https"
+
+    def fetch(q: RangeQuery, timeout_s: float) -> bytes:
+        deadline = time.monotonic() + timeout_s
+        conn: http.client.HTTPConnection = (http.client.HTTPSConnection(host, port, timeout=timeout_s) if secure
+                                            else http.client.HTTPConnection(host, port, timeout=timeout_s))
+        try:
+            conn.request("POST", path, body=urlencode(q.form(timeout_s)).encode(), headers={
+                "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json",
+                "User-Agent": "kube-cgroup-agent"})
+            sock = conn.sock  # the response reads it, even once the connection hands it over
+            if sock is None:
+                raise HistoryError("no connection")
+            sock.settimeout(_left(deadline, timeout_s))
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise HistoryError(f"HTTP {resp.status}: {_error_text(_read(sock, resp, 4096, deadline, timeout_s, cut=True))}")
+            length = resp.getheader("Content-Length")
+            if length is not None and length.isdigit() and int(length) > max_bytes:
+                raise HistoryError(f"a response of {length} bytes, more than maxBytes ({max_bytes})")
+            return _read(sock, resp, max_bytes, deadline, timeout_s)
+        except HistoryError:
+            raise
+        except TimeoutError:
+            raise HistoryError(f"no answer within {timeout_s:g}s") from None
+        except (OSError, http.client.HTTPException) as err:
+            raise HistoryError(f"cannot reach {host}:{port or (443 if secure else 80)}: "
+                               f"{type(err).__name__}: {err}") from None
+        finally:
+            conn.close()
+
+    return fetch
+
+
+def _read(sock: socket.socket, resp: http.client.HTTPResponse, limit: int, deadline: float,
+          timeout_s: float, *, cut: bool = False) -> bytes:
+    """The body, at most `limit` bytes (more: HistoryError, or cut there with `cut`), by the deadline: each
+    read waits at most the time left, and returns what has come (a byte at a time meets the deadline too)."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        sock.settimeout(_left(deadline, timeout_s))
+        chunk = resp.read1(min(READ_CHUNK, limit + 1 - size))
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            if cut:
+                return b"".join(parts)[:limit]
+            raise HistoryError(f"a response larger than maxBytes ({limit})")
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    histories: dict[Key, ContainerHistory]
+    series: int
+    bytes: int
+
+
+def load(prom: PrometheusSettings, model: RecommenderSettings, keys: Collection[Key], now: float, fetch: Fetch,
+         deadline: float, monotonic: Callable[[], float] = time.monotonic) -> Loaded:
+    """The histories of `keys` (those Prometheus has samples of) from VPA's two range queries ending at `now`,
+    each given the query timeout or the time left before `deadline` (monotonic), whichever is shorter."""
+    matrices = []
+    size = 0
+    for q in history_queries(prom, keys, now):
+        left = min(prom.query_timeout_s, deadline - monotonic())
+        if left <= 0:
+            raise HistoryError("its deadline passed before the " + q.resource + " query")
+        try:
+            body = fetch(q, left)
+            if len(body) > prom.max_bytes:
+                raise HistoryError(f"a response larger than maxBytes ({prom.max_bytes})")
+            matrices.append(parse_matrix(body, prom.max_series))
+        except HistoryError as err:
+            raise HistoryError(f"the {q.resource} query: {err}") from None
+        size += len(body)
+    cpu, memory = matrices
+    return Loaded(histories(model, samples_by_key(prom, cpu, memory, keys)), len(cpu) + len(memory), size)
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    keys: frozenset[Key]
+    now: float  # the queries' end
+    deadline: float  # monotonic
+    loaded: Loaded | None = None
+    error: str | None = None
+    abandoned: bool = False  # given up by the recommender's thread: what the worker brings is dropped
+
+
+@dataclass(slots=True)
+class HistoryLoader:
+    """Containers with no history get theirs from Prometheus before their own samples count (see above).
+    `feed` runs in the recommender's thread; the worker thread starts with the first batch."""
+
+    prom: PrometheusSettings
+    model: RecommenderSettings
+    fetch: Fetch
+    monotonic: Callable[[], float] = time.monotonic
+    _pending: dict[Key, _Batch] = field(default_factory=dict)
+    _held: dict[Key, list[Sample]] = field(default_factory=dict)
+    _tried: set[Key] = field(default_factory=set)
+    _batches: list[_Batch] = field(default_factory=list)
+    _todo: queue.Queue[_Batch | None] = field(default_factory=queue.Queue)
+    _done: queue.Queue[_Batch] = field(default_factory=queue.Queue)
+    _busy: threading.Condition = field(default_factory=threading.Condition)
+    _outstanding: int = 0
+    _thread: threading.Thread | None = None
+    _closed: bool = False
+
+    def feed(self, state: RecommenderState, keys: Collection[Key], samples: Iterable[Sample], now: float) -> int:
+        """One tick: settle the batches answered or overdue, ask about the containers of `keys` never seen,
+        observe `samples` (held back while their container's history is on its way). Returns the samples
+        observed now (the held ones released included)."""
+        observed = self._settle(state) if self._batches else 0
+        histories, pending, tried = state.histories, self._pending, self._tried
+        new = [k for k in keys if k not in histories and k not in pending and k not in tried]
+        if new and not self._closed:
+            self._ask(new, now)
+        if not pending:
+            for s in samples:
+                state.observe(s)
+                observed += 1
+        else:
+            for s in samples:
+                key = (s.pod, s.container)
+                if key in pending:
+                    self._held.setdefault(key, []).append(s)
+                else:
+                    state.observe(s)
+                    observed += 1
+        if len(tried) > 2 * len(keys) + 1024:  # the containers gone long ago need not be remembered
+            tried.intersection_update(keys)
+        return observed
+
+    @property
+    def pending(self) -> int:
+        """Containers whose history is on its way."""
+        return len(self._pending)
+
+    def _ask(self, new: list[Key], now: float) -> None:
+        by_pod: dict[str, list[Key]] = {}
+        for key in sorted(new):
+            by_pod.setdefault(key[0], []).append(key)
+        pods = list(by_pod)
+        deadline = self.monotonic() + 2 * self.prom.query_timeout_s
+        for i in range(0, len(pods), PODS_PER_QUERY):
+            batch = _Batch(frozenset(k for pod in pods[i:i + PODS_PER_QUERY] for k in by_pod[pod]), now, deadline)
+            self._batches.append(batch)
+            for key in batch.keys:
+                self._pending[key] = batch
+            with self._busy:
+                self._outstanding += 1
+            self._todo.put(batch)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="recommender-history", daemon=True)
+            self._thread.start()
+
+    def _work(self) -> None:
+        while (batch := self._todo.get()) is not None:
+            try:
+                if batch.abandoned or self.monotonic() >= batch.deadline:
+                    batch.error = "waited past its deadline behind other loads"
+                else:
+                    batch.loaded = load(self.prom, self.model, batch.keys, batch.now, self.fetch, batch.deadline,
+                                        self.monotonic)
+            except HistoryError as err:
+                batch.error = str(err)
+            except Exception as err:  # whatever a bad answer does, the worker goes on to the next batch
+                batch.error = f"{type(err).__name__}: {err}"
+            self._done.put(batch)
+            with self._busy:
+                self._outstanding -= 1
+                self._busy.notify_all()
+
+    def _settle(self, state: RecommenderState) -> int:
+        observed = 0
+        while True:
+            try:
+                batch = self._done.get_nowait()
+            except queue.Empty:
+                break
+            if not batch.abandoned:
+                observed += self._apply(state, batch)
+        now = self.monotonic()
+        for batch in [b for b in self._batches if now > b.deadline + GRACE_S]:
+            batch.abandoned = True
+            batch.error = f"no answer within {2 * self.prom.query_timeout_s:g}s"
+            observed += self._apply(state, batch)
+        return observed
+
+    def _apply(self, state: RecommenderState, batch: _Batch) -> int:
+        """The batch's histories into the state, then the samples held back."""
+        self._batches.remove(batch)
+        found = batch.loaded.histories if batch.loaded is not None else {}
+        observed = 0
+        for key in sorted(batch.keys):
+            history = found.get(key)
+            if history is not None and key not in state.histories:
+                state.histories[key] = history
+            for s in self._held.pop(key, ()):
+                state.observe(s)
+                observed += 1
+            self._pending.pop(key, None)
+            self._tried.add(key)
+        if batch.loaded is not None:
+            log.info("recommender.prometheus_history", containers=len(batch.keys), found=len(found),
+                     series=batch.loaded.series, bytes=batch.loaded.bytes)
+        else:
+            log.warning("recommender.prometheus_history_failed", address=self.prom.address,
+                        containers=len(batch.keys), error=batch.error,
+                        then="these containers' history is the node's own samples")
+        return observed
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether the worker finished every batch asked for within `timeout_s` (tests, shutdown)."""
+        with self._busy:
+            return self._busy.wait_for(lambda: self._outstanding == 0, timeout_s)
+
+    def close(self) -> None:
+        """Stop the worker after its current batch (it is a daemon thread: a query in flight ends with its
+        timeout or with the process)."""
+        self._closed = True
+        self._todo.put(None)
+
+
+def loader_for(model: RecommenderSettings) -> HistoryLoader | None:
+    """The loader of the settings' Prometheus; None when `recommender.prometheus.address` is empty."""
+    prom = model.prometheus
+    if not prom.enabled:
+        return None
+    return HistoryLoader(prom, model, http_fetch(prom.address, prom.max_bytes))

@@ -1,0 +1,207 @@
+"""A container's usage history from Prometheus, as VPA's recommender reads it with `--storage=prometheus`
+(kubernetes/autoscaler vertical-pod-autoscaler/pkg/recommender/input/history/history_provider.go,
+GetClusterHistory): two range queries over `historyLength` at a step of `historyResolution`,
+
+    rate(container_cpu_usage_seconds_total{job="kubernetes-cadvisor", pod_name=~".+", name!="POD", name!=""}[1h])
+    container_memory_working_set_bytes{job="kubernetes-cadvisor", pod_name=~".+", name!="POD", name!=""}
+
+each point a usage sample (CPU in cores, memory in bytes) at its own time, every container's samples sorted
+by time and fed to the model as the node's own are. VPA reads no OOM from Prometheus (only the pods' labels,
+from `--metric-for-pod-labels`, which a node has from its own pods).
+
+One difference: VPA reads every pod of the cluster once, at start; a node reads only the containers it has no
+history of, so `pod_name=~".+"` becomes the alternation of their pods and a namespace matcher the
+alternation of their namespaces (VPA's `--vpa-object-namespace` adds `namespace="..."` in the same place).
+A series of a pod or container the node does not run is ignored, as one without the labels.
+
+Pure: the query text, the response's parsing (bounded by `maxSeries`; the body by `maxBytes`, which the HTTP
+shell enforces), the mapping of a series to the sampler's key (namespace/pod, container) and the histories
+the samples make. `agent.recommender.history` is the shell that asks and applies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from agent.recommender.config import PrometheusSettings, RecommenderSettings, prometheus_duration
+from agent.recommender.model import ContainerHistory
+from agent.recommender.state import Key, RecommenderState
+from agent.recommender.trace import Sample
+
+_REGEX_SPECIAL: Final = frozenset("\\.+*?()|[]{}^$")
+
+
+class HistoryError(Exception):
+    """Why a load gave no history, in one line (the log's reason)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RangeQuery:
+    """One `/api/v1/query_range` request (times in UNIX seconds)."""
+
+    resource: str  # "cpu" or "memory"
+    query: str
+    start: float
+    end: float
+    step_s: float
+
+    def form(self, timeout_s: float | None = None) -> dict[str, str]:
+        """The request's form fields; `timeout` also bounds the query's evaluation in Prometheus."""
+        out = {"query": self.query, "start": _seconds(self.start), "end": _seconds(self.end),
+               "step": _seconds(self.step_s)}
+        if timeout_s is not None:
+            out["timeout"] = _seconds(max(timeout_s, 0.001))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One series of a matrix: its labels and its (time, value) points, in the response's order."""
+
+    labels: Mapping[str, str]
+    points: tuple[tuple[float, float], ...]
+
+
+def _seconds(t: float) -> str:
+    return f"{t:.3f}".rstrip("0").rstrip(".")
+
+
+def _regex_literal(text: str) -> str:
+    """`text` matched literally by an RE2 regular expression."""
+    return "".join("\\" + c if c in _REGEX_SPECIAL else c for c in text)
+
+
+def _string(text: str) -> str:
+    """A PromQL double-quoted string of `text`."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _alternation(values: Iterable[str]) -> str:
+    return _string("|".join(_regex_literal(v) for v in sorted(set(values))))
+
+
+def selector(settings: PrometheusSettings, keys: Collection[Key]) -> str:
+    """VPA's series selector (history_provider.go GetClusterHistory's podSelector), narrowed to the pods
+    and namespaces of `keys`: `job="..."` (when a job name is set), the pod label, the container label
+    neither `POD` nor empty, the namespace label."""
+    namespaces, pods = [], []
+    for pod, _ in keys:
+        namespace, _, name = pod.partition("/")
+        namespaces.append(namespace)
+        pods.append(name)
+    parts = [f"job={_string(settings.cadvisor_job_name)}"] if settings.cadvisor_job_name else []
+    parts += [
+        f"{settings.container_pod_name_label}=~{_alternation(pods)}",
+        f'{settings.container_name_label}!="POD"',
+        f'{settings.container_name_label}!=""',
+        f"{settings.container_namespace_label}=~{_alternation(namespaces)}",
+    ]
+    return ", ".join(parts)
+
+
+def history_queries(settings: PrometheusSettings, keys: Collection[Key], now: float) -> tuple[RangeQuery, RangeQuery]:
+    """The CPU and memory range queries of VPA's history provider for `keys`, from now − historyLength to
+    now at a step of historyResolution (readResourceHistory)."""
+    if not keys:
+        raise ValueError("no containers to ask about")
+    sel = selector(settings, keys)
+    start, step = now - settings.history_length_s, settings.history_resolution_s
+    cpu = f"rate({settings.history_cpu_metric}{{{sel}}}[{prometheus_duration(step)}])"
+    memory = f"{settings.history_memory_metric}{{{sel}}}"
+    return RangeQuery("cpu", cpu, start, now, step), RangeQuery("memory", memory, start, now, step)
+
+
+def _fail(why: str) -> HistoryError:
+    return HistoryError(f"not a query_range matrix: {why}")
+
+
+def parse_matrix(body: bytes, max_series: int) -> tuple[Series, ...]:
+    """A `query_range` response's series; HistoryError for an error response, anything but a matrix, a
+    malformed one, or more than `max_series` series."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as err:
+        raise _fail(f"not JSON ({str(err)[:80]})") from None
+    if not isinstance(doc, dict):
+        raise _fail(f"a JSON {type(doc).__name__}")
+    if doc.get("status") != "success":
+        kind, error = doc.get("errorType"), doc.get("error")
+        if isinstance(error, str) or isinstance(kind, str):
+            raise HistoryError(f"Prometheus answered {kind or 'error'}: {str(error)[:200]}")
+        raise _fail(f"status {str(doc.get('status'))[:40]!r}")
+    data = doc.get("data")
+    if not isinstance(data, dict):
+        raise _fail("no data")
+    if data.get("resultType") != "matrix":
+        raise _fail(f"resultType {str(data.get('resultType'))[:40]!r}")
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise _fail("result is not a list")
+    if len(result) > max_series:
+        raise HistoryError(f"{len(result)} series, more than maxSeries ({max_series})")
+    return tuple(_series(item) for item in result)
+
+
+def _series(item: Any) -> Series:
+    if not isinstance(item, dict):
+        raise _fail("a series is not an object")
+    metric, values = item.get("metric"), item.get("values", [])
+    if not isinstance(metric, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+        raise _fail("a series' metric is not a map of label names to strings")
+    if not isinstance(values, list):
+        raise _fail("a series' values are not a list")
+    points = []
+    for p in values:
+        if (not isinstance(p, list) or len(p) != 2 or isinstance(p[0], bool) or not isinstance(p[0], int | float)
+                or not isinstance(p[1], str)):
+            raise _fail("a point is not [time, \"value\"]")
+        try:
+            value = float(p[1])
+        except ValueError:
+            raise _fail(f"a point's value {p[1][:40]!r} is not a number") from None
+        points.append((float(p[0]), value))
+    return Series(dict(metric), tuple(points))
+
+
+def series_key(settings: PrometheusSettings, labels: Mapping[str, str]) -> Key | None:
+    """The sampler's key of a series (namespace/pod, container), None without the three labels (VPA:
+    getContainerIDFromLabels) or for a pod's sandbox."""
+    namespace = labels.get(settings.container_namespace_label)
+    pod = labels.get(settings.container_pod_name_label)
+    container = labels.get(settings.container_name_label)
+    if not namespace or not pod or not container or container == "POD":
+        return None
+    return (f"{namespace}/{pod}", container)
+
+
+def samples_by_key(settings: PrometheusSettings, cpu: Sequence[Series], memory: Sequence[Series],
+            keys: Collection[Key]) -> dict[Key, list[Sample]]:
+    """Each wanted container's samples, sorted by time (stable: at one time, the series in the response's
+    order; a later CPU sample at the same time is then dropped by the model, as VPA's is). Series of other
+    containers are ignored; a value that is not a finite, non-negative number is dropped by the model."""
+    out: dict[Key, list[Sample]] = {}
+    for resource, matrix in (("cpu", cpu), ("memory", memory)):
+        for series in matrix:
+            key = series_key(settings, series.labels)
+            if key is None or key not in keys:
+                continue
+            pod, container = key
+            into = out.setdefault(key, [])
+            if resource == "cpu":
+                into.extend(Sample(t, pod, container, cpu=v) for t, v in series.points)
+            else:
+                into.extend(Sample(t, pod, container, memory=v) for t, v in series.points)
+    for into in out.values():
+        into.sort(key=lambda s: s.ts)
+    return out
+
+
+def histories(settings: RecommenderSettings, by_key: Mapping[Key, Sequence[Sample]]) -> dict[Key, ContainerHistory]:
+    """The histories the samples make, fed as the node's own samples are (`RecommenderState.observe`);
+    a container none of whose samples the model took has none."""
+    state = RecommenderState(settings)
+    for key in sorted(by_key):
+        state.observe_all(by_key[key])
+    return {k: h for k, h in state.histories.items() if not (h.cpu.is_empty() and h.memory.is_empty())}

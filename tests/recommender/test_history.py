@@ -1,0 +1,358 @@
+"""The shell of the history from Prometheus against a tiny fake Prometheus: a container never seen waits for its
+history while its samples are held back, then gets it before them; a Prometheus that answers garbage, an
+HTTP error, nothing in time, the wrong type, too many series or too many bytes gives one log line and no
+history, and the container's history is its node's own samples, as without Prometheus. No timing is asserted:
+the worker is waited for."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+from structlog.testing import capture_logs
+
+from agent.config.settings import Settings
+from agent.core.compute.pod import pod_cgroup_name
+from agent.core.model import QOSClass
+from agent.core.ownership import resolve
+from agent.daemon.components import DaemonContext
+from agent.daemon.recommender import recommender_component
+from agent.infra.metrics import Metrics
+from agent.pipeline import Environment
+from agent.pods.parse import parse_pod
+from agent.recommender.config import PrometheusSettings, RecommenderSettings
+from agent.recommender.history import GRACE_S, HistoryLoader, http_fetch
+from agent.recommender.prometheus import RangeQuery
+from agent.recommender.state import Key, RecommenderState
+from agent.recommender.trace import Sample
+from cgroupfs.files import CgroupFiles
+from cgroupfs.naming import cgroup_dir
+from cgroupfs.types import CgroupName
+from tests.support.cgroup_tree import FakeCgroupTree
+
+NOW = 1_764_000_000.0
+HOUR = 3600.0
+KEY: Key = ("shop/api", "app")
+MAX_SERIES, MAX_BYTES = 5, 4096
+
+
+def _series(key: Key, values: list[tuple[float, float]]) -> dict[str, Any]:
+    namespace, _, pod = key[0].partition("/")
+    return {"metric": {"job": "kubernetes-cadvisor", "namespace": namespace, "pod": pod, "container": key[1],
+                       "id": f"/kubepods/{pod}/{key[1]}"},
+            "values": [[t, repr(v)] for t, v in values]}
+
+
+CPU = [(NOW - HOUR * i, 0.1 + 0.05 * (i % 5)) for i in range(48, -1, -1)]
+MEMORY = [(NOW - HOUR * i, 1e8 + 1e6 * (i % 9)) for i in range(48, -1, -1)]
+
+
+def _matrix(series: list[dict[str, Any]]) -> bytes:
+    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": series}}).encode()
+
+
+class FakePrometheus:
+    """`/api/v1/query_range` answered as `mode` says; each request's form kept."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.forms: list[dict[str, str]] = []
+        self.release = threading.Event()  # ends what `slow` and `drip` hold open
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+                fake.forms.append(form)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a bounded client stopped reading
+                    fake.answer(self, form)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.address = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def answer(self, h: BaseHTTPRequestHandler, form: dict[str, str]) -> None:
+        cpu = form["query"].startswith("rate(")
+        ok = _matrix([_series(KEY, CPU if cpu else MEMORY),
+                      _series(("shop/api", "debug"), [(NOW, 1.0)]),  # a container the node does not run
+                      _series(("web/api", "app"), [(NOW, 9e9)])])  # the same pod name in another namespace
+        mode = self.mode
+        if mode == "slow":
+            self.release.wait(10)
+        status, body, headers = 200, ok, {"Content-Type": "application/json"}
+        if mode == "garbage":
+            body = b"<html><body>502 Bad Gateway</body></html>"
+        elif mode == "http500":
+            status, body = 500, b'{"status":"error","errorType":"internal","error":"out of memory"}'
+        elif mode == "wrong_type":
+            body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+        elif mode == "many_series":
+            body = _matrix([_series((f"shop/p{i}", "app"), [(NOW, 1.0)]) for i in range(MAX_SERIES + 1)])
+        elif mode == "big_declared":
+            headers["Content-Length"] = str(10**9)
+            body = b"{}"
+        h.send_response(status)
+        for k, v in headers.items():
+            h.send_header(k, v)
+        if mode == "big_body":  # a valid answer, only too big: no Content-Length, read until closed
+            h.end_headers()
+            h.wfile.write(b'{"status":"success","data":{"resultType":"matrix","result":[]}}')
+            for _ in range(64):
+                h.wfile.write(b" " * 1024)
+            return
+        if mode == "drip":  # a byte at a time, never done within the timeout
+            h.end_headers()
+            while not self.release.wait(0.05):
+                h.wfile.write(b" ")
+                h.wfile.flush()
+            return
+        if "Content-Length" not in headers:
+            h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakePrometheus]:
+    server = FakePrometheus()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _settings(address: str, timeout_s: float = 5.0) -> RecommenderSettings:
+    return RecommenderSettings(prometheus=PrometheusSettings(
+        address=address, query_timeout_s=timeout_s, container_pod_name_label="pod", container_name_label="container",
+        max_series=MAX_SERIES, max_bytes=MAX_BYTES))
+
+
+def _history_lines(logs: Sequence[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
+    return [e for e in logs if str(e["event"]).startswith("recommender.prometheus")]
+
+
+LOCAL = [Sample(NOW, *KEY, memory=1.5e8), Sample(NOW + 1, *KEY, cpu=0.4, memory=1.6e8)]
+
+
+def test_a_new_container_gets_its_history_before_its_own_samples(fake: FakePrometheus) -> None:
+    model = _settings(fake.address)
+    loader = HistoryLoader(model.prometheus, model, http_fetch(fake.address, MAX_BYTES))
+    state = RecommenderState(model)
+    with capture_logs() as logs:
+        assert loader.feed(state, [KEY], LOCAL[:1], NOW) == 0  # held back: the history comes first
+        assert KEY not in state.histories and loader.pending == 1
+        assert loader.wait(10)
+        assert loader.feed(state, [KEY], LOCAL[1:], NOW + 1) == 2  # the held sample, then this tick's
+    [line] = _history_lines(logs)
+    assert (line["event"], line["containers"], line["found"], line["series"]) == ("recommender.prometheus_history", 1, 1, 6)
+
+    want = RecommenderState(model)  # the same samples through the normal path: Prometheus's first, in order
+    want.observe_all([Sample(t, *KEY, cpu=v) for t, v in CPU] + [Sample(t, *KEY, memory=v) for t, v in MEMORY])
+    want.observe_all(LOCAL)
+    assert state.histories[KEY].to_dict() == want.histories[KEY].to_dict()
+    assert list(state.histories) == [KEY]  # nothing of the containers the node does not run
+
+    cpu, memory = fake.forms
+    assert cpu["query"] == ('rate(container_cpu_usage_seconds_total{job="kubernetes-cadvisor", pod=~"api", '
+                            'container!="POD", container!="", namespace=~"shop"}[1h])')
+    assert memory["query"].startswith("container_memory_working_set_bytes{")
+    assert (float(cpu["start"]), float(cpu["end"]), float(cpu["step"])) == (NOW - 8 * 86_400, NOW, 3600)
+    assert 0 < float(cpu["timeout"]) <= 5
+    # the container known now: no more queries, its samples straight in
+    assert loader.feed(state, [KEY], [Sample(NOW + 2, *KEY, cpu=0.5)], NOW + 2) == 1
+    assert len(fake.forms) == 2
+    loader.close()
+
+
+@pytest.mark.parametrize(("mode", "reason"), [
+    ("garbage", "the cpu query: not a query_range matrix: not JSON"),
+    ("http500", "the cpu query: HTTP 500: internal: out of memory"),
+    ("slow", "the cpu query: no answer within"),
+    ("drip", "the cpu query: no answer within"),
+    ("wrong_type", "the cpu query: not a query_range matrix: resultType 'vector'"),
+    ("many_series", f"the cpu query: {MAX_SERIES + 1} series, more than maxSeries ({MAX_SERIES})"),
+    ("big_body", f"the cpu query: a response larger than maxBytes ({MAX_BYTES})"),
+    ("big_declared", f"the cpu query: a response of {10**9} bytes, more than maxBytes ({MAX_BYTES})"),
+    ("refused", "the cpu query: cannot reach 127.0.0.1:"),
+])
+def test_a_prometheus_that_fails_gives_one_line_and_the_nodes_own_history(
+        fake: FakePrometheus, mode: str, reason: str) -> None:
+    fake.mode = mode
+    address = fake.address
+    if mode == "refused":
+        with socket.socket() as s:  # a port nothing listens on
+            s.bind(("127.0.0.1", 0))
+            address = f"http://127.0.0.1:{s.getsockname()[1]}"
+    model = _settings(address, timeout_s=0.3 if mode in ("slow", "drip") else 5.0)
+    loader = HistoryLoader(model.prometheus, model, http_fetch(address, MAX_BYTES))
+    state = RecommenderState(model)
+    other: Key = ("shop/api", "sidecar")  # a container with a history already: never asked about
+    state.observe(Sample(NOW - 60, *other, cpu=0.1))
+    with capture_logs() as logs:
+        assert loader.feed(state, [KEY, other], [*LOCAL[:1], Sample(NOW, *other, cpu=0.2)], NOW) == 1
+        assert loader.wait(10)
+        assert loader.feed(state, [KEY, other], LOCAL[1:], NOW + 1) == 2
+    [line] = _history_lines(logs)
+    assert line["event"] == "recommender.prometheus_history_failed" and line["containers"] == 1
+    assert str(line["error"]).startswith(reason), line
+    assert line["address"] == address
+    want = RecommenderState(model)
+    want.observe_all(LOCAL)
+    assert state.histories[KEY].to_dict() == want.histories[KEY].to_dict()  # the node's own, as without Prometheus
+    assert state.histories[other].samples == 2
+    asked = len(fake.forms)
+    assert asked <= 1  # the CPU query failed: the memory one was not sent
+    assert loader.feed(state, [KEY, other], [Sample(NOW + 2, *KEY, cpu=0.5)], NOW + 2) == 1  # and on it goes
+    assert len(fake.forms) == asked and loader.pending == 0
+    loader.close()
+
+
+def test_a_batch_not_answered_by_its_deadline_is_given_up_by_the_recommender() -> None:
+    """The worker stuck (a lookup that hangs, say): the recommender's thread gives the batch up on its own
+    clock, lets the held samples through, and drops what the worker brings later."""
+    clock = [1000.0]
+    release, asked = threading.Event(), threading.Event()
+
+    def fetch(q: RangeQuery, left: float) -> bytes:
+        asked.set()
+        release.wait(10)
+        return _matrix([_series(KEY, CPU if q.resource == "cpu" else MEMORY)])
+
+    model = _settings("http://p", timeout_s=60.0)
+    loader = HistoryLoader(model.prometheus, model, fetch, monotonic=lambda: clock[0])
+    state = RecommenderState(model)
+    with capture_logs() as logs:
+        loader.feed(state, [KEY], LOCAL[:1], NOW)
+        assert asked.wait(10)
+        clock[0] += 2 * 60.0  # at its deadline: still waited for
+        assert loader.feed(state, [KEY], [], NOW + 1) == 0 and loader.pending == 1
+        clock[0] += GRACE_S + 1
+        assert loader.feed(state, [KEY], LOCAL[1:], NOW + 2) == 2
+        release.set()
+        assert loader.wait(10)
+        assert loader.feed(state, [KEY], [], NOW + 3) == 0  # the late answer is dropped
+    [line] = _history_lines(logs)
+    assert line["event"] == "recommender.prometheus_history_failed" and line["error"] == "no answer within 120s"
+    want = RecommenderState(model)
+    want.observe_all(LOCAL)
+    assert state.histories[KEY].to_dict() == want.histories[KEY].to_dict()
+    loader.close()
+
+
+def test_containers_are_asked_about_by_batches_of_pods() -> None:
+    forms: list[RangeQuery] = []
+
+    def fetch(q: RangeQuery, left: float) -> bytes:
+        forms.append(q)
+        return _matrix([])
+
+    model = _settings("http://p")
+    loader = HistoryLoader(model.prometheus, model, fetch)
+    keys = [(f"ns/p{i:03d}", c) for i in range(100) for c in ("a", "b")]
+    state = RecommenderState(model)
+    with capture_logs() as logs:
+        loader.feed(state, keys, [], NOW)
+        assert loader.wait(10)
+        loader.feed(state, keys, [], NOW)
+    assert len(forms) == 4  # 100 pods: a batch of 64 and one of 36, two queries each
+    assert [(e["containers"], e["found"]) for e in _history_lines(logs)] == [(128, 0), (72, 0)]
+    assert loader.pending == 0 and not state.histories
+    loader.feed(state, keys, [], NOW + 1)
+    assert len(forms) == 4  # nothing to be had: not asked again
+    loader.close()
+
+
+# ---- in the daemon
+
+CID = "ab" * 32
+UID = "0f0e0d0c-0000-4000-8000-000000000001"
+
+
+def _pod() -> Any:
+    return parse_pod({
+        "metadata": {"name": "api", "namespace": "shop", "uid": UID},
+        "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]},
+        "status": {"phase": "Running", "containerStatuses": [
+            {"name": "app", "containerID": f"containerd://{CID}", "state": {"running": {}}, "restartCount": 0}]},
+    })
+
+
+def test_the_daemons_recommender_loads_a_new_containers_history(
+        fake_cgroup_tree: Callable[..., FakeCgroupTree], tmp_path: Path, fake: FakePrometheus) -> None:
+    tree = fake_cgroup_tree("v2")
+    [leaf] = tree.create(f"{cgroup_dir(pod_cgroup_name(CgroupName(()), QOSClass.BURSTABLE, UID), tree.driver)}/{CID}")
+
+    def write(usage_s: float, memory: int) -> None:
+        for name, text in {"cpu.stat": f"usage_usec {int(usage_s * 1e6)}\nnr_periods 0\nnr_throttled 0\n",
+                           "memory.current": str(memory), "memory.stat": "inactive_file 0\n",
+                           "memory.peak": str(memory), "memory.events": "oom_kill 0\n"}.items():
+            (tree.root / leaf / name).write_text(text)
+
+    def context(recommender: RecommenderSettings) -> DaemonContext:
+        settings = Settings(cgroupfs=tree.root, state_dir=tmp_path / "state", recommender=recommender)
+        env = Environment(settings, tree.hierarchy, (), CgroupFiles(tree.root, ["kubepods"]))
+        return DaemonContext(settings, "n1", None, Metrics(), resolve({}, None, {}, False), env, None,
+                             pods=lambda: [_pod()])
+
+    assert recommender_component(context(RecommenderSettings(enabled=True))).history is None  # type: ignore[union-attr]
+    model = _settings(fake.address)
+    comp: Any = recommender_component(context(RecommenderSettings(enabled=True, prometheus=model.prometheus)))
+    assert comp.history is not None
+    now = [NOW]
+    comp.clock = lambda: now[0]
+    write(10.0, 150_000_000)
+    comp.tick()
+    assert KEY not in comp.state.histories  # held back while its history loads
+    assert comp.history.wait(10)
+    now[0] += 2.0
+    write(11.0, 160_000_000)
+    comp.tick()
+    h = comp.state.histories[KEY]
+    assert h.samples == len(CPU) + 1  # 49 hours from Prometheus, then the node's own rate
+    assert h.first_sample == CPU[0][0] and h.last_sample == NOW + 2.0
+    comp.history.close()
+
+
+def test_the_worker_survives_what_a_fetch_raises() -> None:
+    calls: list[int] = []
+
+    def fetch(q: RangeQuery, left: float) -> bytes:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        return _matrix([_series(KEY, CPU if q.resource == "cpu" else MEMORY)])
+
+    model = _settings("http://p")
+    loader = HistoryLoader(model.prometheus, model, fetch)
+    state = RecommenderState(model)
+    with capture_logs() as logs:
+        loader.feed(state, [("shop/api", "first")], [], NOW)
+        assert loader.wait(10)
+        loader.feed(state, [KEY], [], NOW)
+        assert loader.wait(10)
+        loader.feed(state, [KEY], [], time.time())
+    assert [e["event"] for e in _history_lines(logs)] == ["recommender.prometheus_history_failed",
+                                                         "recommender.prometheus_history"]
+    assert _history_lines(logs)[0]["error"] == "RuntimeError: a bug"
+    assert KEY in state.histories
+    loader.close()
