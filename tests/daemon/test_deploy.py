@@ -215,6 +215,10 @@ def test_the_configmap_is_a_valid_agent_config() -> None:
     settings = from_mapping(yaml.safe_load(cm.data["config.yaml"]))
     assert str(settings.cgroupfs) == "/host/sys/fs/cgroup"
     assert settings.metrics_bind_address.startswith("127.0.0.1:")  # the default; the DaemonSet's args move it
+    # the recommender off, and its history from Prometheus said to be off
+    assert not settings.recommender.enabled
+    raw = yaml.safe_load(cm.data["config.yaml"])
+    assert raw["recommender"]["prometheus"] == {"address": ""} and not settings.recommender.prometheus.enabled
 
 
 def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
