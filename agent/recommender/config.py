@@ -83,9 +83,9 @@ class PrometheusSettings:
     container_name_label: str = field(default="name", metadata=doc(
         "VPA's `--container-name-label`: the series' label naming the container; kubelets since 1.16 write "
         "`container`"))
-    max_series: int = field(default=2000, metadata=doc(
+    max_series: int = field(default=1000, metadata=doc(
         "beyond VPA: a query answering with more series gives no history (one log line)"))
-    max_bytes: int = field(default=8 * 1024 * 1024, metadata=doc(
+    max_bytes: int = field(default=4 * 1024 * 1024, metadata=doc(
         "beyond VPA: a response body larger than this many bytes is not read further and gives no history "
         "(one log line)"))
 

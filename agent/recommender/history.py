@@ -33,8 +33,9 @@ from agent.recommender.model import ContainerHistory
 from agent.recommender.prometheus import (
     HistoryError,
     RangeQuery,
-    histories,
+    found,
     history_queries,
+    observe,
     parse_matrix,
     samples_by_key,
 )
@@ -43,7 +44,7 @@ from agent.recommender.trace import Sample
 
 log = get_logger("agent.recommender")
 
-PODS_PER_QUERY: Final = 64  # a batch's pods: what one pair of queries asks about
+PODS_PER_QUERY: Final = 16  # a batch's pods, what a pair of queries asks about: about 300 KB an answer
 GRACE_S: Final = 5.0  # beyond a batch's deadline, before the recommender gives it up itself
 READ_CHUNK: Final = 64 * 1024
 
@@ -139,8 +140,8 @@ def load(prom: PrometheusSettings, model: RecommenderSettings, keys: Collection[
          deadline: float, monotonic: Callable[[], float] = time.monotonic) -> Loaded:
     """The histories of `keys` (those Prometheus has samples of) from VPA's two range queries ending at `now`,
     each given the query timeout or the time left before `deadline` (monotonic), whichever is shorter."""
-    matrices = []
-    size = 0
+    state = RecommenderState(model)
+    series = size = 0
     for q in history_queries(prom, keys, now):
         left = min(prom.query_timeout_s, deadline - monotonic())
         if left <= 0:
@@ -149,12 +150,15 @@ def load(prom: PrometheusSettings, model: RecommenderSettings, keys: Collection[
             body = fetch(q, left)
             if len(body) > prom.max_bytes:
                 raise HistoryError(f"a response larger than maxBytes ({prom.max_bytes})")
-            matrices.append(parse_matrix(body, prom.max_series))
+            matrix = parse_matrix(body, prom.max_series)
         except HistoryError as err:
             raise HistoryError(f"the {q.resource} query: {err}") from None
-        size += len(body)
-    cpu, memory = matrices
-    return Loaded(histories(model, samples_by_key(prom, cpu, memory, keys)), len(cpu) + len(memory), size)
+        series, size = series + len(matrix), size + len(body)
+        del body  # one answer at a time in memory: its samples go into the histories before the next is asked
+        observe(state, samples_by_key(prom, matrix, (), keys) if q.resource == "cpu" else
+                samples_by_key(prom, (), matrix, keys))
+        del matrix
+    return Loaded(found(state), series, size)
 
 
 @dataclass(eq=False, slots=True)

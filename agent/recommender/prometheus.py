@@ -141,7 +141,11 @@ def parse_matrix(body: bytes, max_series: int) -> tuple[Series, ...]:
         raise _fail("result is not a list")
     if len(result) > max_series:
         raise HistoryError(f"{len(result)} series, more than maxSeries ({max_series})")
-    return tuple(_series(item) for item in result)
+    out = []
+    for i, item in enumerate(result):
+        out.append(_series(item))
+        result[i] = None  # the parsed JSON let go series by series: the peak is about one copy, not two
+    return tuple(out)
 
 
 def _series(item: Any) -> Series:
@@ -198,10 +202,21 @@ def samples_by_key(settings: PrometheusSettings, cpu: Sequence[Series], memory: 
     return out
 
 
-def histories(settings: RecommenderSettings, by_key: Mapping[Key, Sequence[Sample]]) -> dict[Key, ContainerHistory]:
-    """The histories the samples make, fed as the node's own samples are (`RecommenderState.observe`);
-    a container none of whose samples the model took has none."""
-    state = RecommenderState(settings)
+def observe(state: RecommenderState, by_key: Mapping[Key, Sequence[Sample]]) -> None:
+    """Each container's samples into `state` as the node's own are fed (`RecommenderState.observe`). CPU and
+    memory keep apart in the model: the CPU samples of every step, then the memory ones, make the same
+    histories as both at each step."""
     for key in sorted(by_key):
         state.observe_all(by_key[key])
+
+
+def found(state: RecommenderState) -> dict[Key, ContainerHistory]:
+    """The histories with something in them: a container none of whose samples the model took has none."""
     return {k: h for k, h in state.histories.items() if not (h.cpu.is_empty() and h.memory.is_empty())}
+
+
+def histories(settings: RecommenderSettings, by_key: Mapping[Key, Sequence[Sample]]) -> dict[Key, ContainerHistory]:
+    """The histories the samples make (`observe` into an empty state, then `found`)."""
+    state = RecommenderState(settings)
+    observe(state, by_key)
+    return found(state)

@@ -274,11 +274,11 @@ def test_containers_are_asked_about_by_batches_of_pods() -> None:
         loader.feed(state, keys, [], NOW)
         assert loader.wait(10)
         loader.feed(state, keys, [], NOW)
-    assert len(forms) == 4  # 100 pods: a batch of 64 and one of 36, two queries each
-    assert [(e["containers"], e["found"]) for e in _history_lines(logs)] == [(128, 0), (72, 0)]
+    assert len(forms) == 14  # 100 pods: 6 batches of 16 and one of 4, two queries each
+    assert [(e["containers"], e["found"]) for e in _history_lines(logs)] == [(32, 0)] * 6 + [(8, 0)]
     assert loader.pending == 0 and not state.histories
     loader.feed(state, keys, [], NOW + 1)
-    assert len(forms) == 4  # nothing to be had: not asked again
+    assert len(forms) == 14  # nothing to be had: not asked again
     loader.close()
 
 
