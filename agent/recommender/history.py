@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlencode, urlsplit
 
+from agent.infra.errors import one_line
 from agent.infra.logging import get_logger
 from agent.recommender.config import PrometheusSettings, RecommenderSettings
 from agent.recommender.model import ContainerHistory
@@ -291,7 +292,7 @@ class HistoryLoader:
                      series=batch.loaded.series, bytes=batch.loaded.bytes)
         else:
             log.warning("recommender.prometheus_history_failed", address=self.prom.address,
-                        containers=len(batch.keys), error=batch.error,
+                        containers=len(batch.keys), error=one_line(batch.error or "unknown"),
                         then="these containers' history is the node's own samples")
         return observed
 

@@ -25,6 +25,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from agent.infra.errors import PermanentError
 from agent.recommender.config import PrometheusSettings, RecommenderSettings, prometheus_duration
 from agent.recommender.model import ContainerHistory
 from agent.recommender.state import Key, RecommenderState
@@ -33,8 +34,9 @@ from agent.recommender.trace import Sample
 _REGEX_SPECIAL: Final = frozenset("\\.+*?()|[]{}^$")
 
 
-class HistoryError(Exception):
-    """Why a load gave no history, in one line (the log's reason)."""
+class HistoryError(PermanentError):
+    """Why a load gave no history, in one line (the log's reason); not retried: the container's history is
+    then the node's own."""
 
 
 @dataclass(frozen=True, slots=True)
