@@ -12,7 +12,8 @@ from `--metric-for-pod-labels`, which a node has from its own pods).
 One difference: VPA reads every pod of the cluster once, at start; a node reads only the containers it has no
 history of, so `pod_name=~".+"` becomes the alternation of their pods and a namespace matcher the
 alternation of their namespaces (VPA's `--vpa-object-namespace` adds `namespace="..."` in the same place).
-A series of a pod or container the node does not run is ignored, as one without the labels.
+A series of a pod or container the node does not run is ignored. (VPA fails the whole load on a series
+without the three labels; these matchers let none through, and one would be ignored here too.)
 
 Pure: the query text, the response's parsing (bounded by `maxSeries`; the body by `maxBytes`, which the HTTP
 shell enforces), the mapping of a series to the sampler's key (namespace/pod, container) and the histories
@@ -23,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from agent.infra.errors import PermanentError
 from agent.recommender.config import PrometheusSettings, RecommenderSettings, prometheus_duration
@@ -43,7 +44,7 @@ class HistoryError(PermanentError):
 class RangeQuery:
     """One `/api/v1/query_range` request (times in UNIX seconds)."""
 
-    resource: str  # "cpu" or "memory"
+    resource: Literal["cpu", "memory"]
     query: str
     start: float
     end: float
