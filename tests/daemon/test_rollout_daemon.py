@@ -13,25 +13,16 @@ update revision):
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import json
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from agent.daemon.rollout_keeper import TurnKeeper
-from agent.infra.apiserver import APIServer
-from agent.infra.metrics import KeeperMetrics
-from agent.kube.client import api_client
-from agent.rollout.handout import TURN
-from tests.daemon.harness import Daemon, Env, wait_for
+from tests.daemon.harness import Env, wait_for
+from tests.daemon.rollout_env import pod_by_name, two_agents_sampled
 from tests.support.fakeapi.node import NODE
 from tests.support.rollout_fakes import (
-    DS_API,
     GATE,
     LEASE_API,
     REV_API,
@@ -44,9 +35,6 @@ from tests.support.rollout_fakes import (
     sts_revision,
     sts_template,
 )
-
-KEEPER_AGENT = "kube-cgroup-agent-keeper-in-test"
-DS_OWNER = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "db", "uid": "ds-uid", "controller": True}]
 
 
 def _cluster(env: Env, update_template: dict[str, Any], annotations: dict[str, str] | None = None) -> None:
@@ -64,12 +52,6 @@ def _patched(env: Env) -> list[str]:
     return list(dict.fromkeys(r.path.rsplit("/", 1)[1].split("?")[0] for r in env.cluster.recorded("PATCH", "/pods/db-") if "/status" not in r.path))
 
 
-def _pod_by_name(env: Env, name: str) -> dict[str, Any]:
-    pod = env.cluster.pod("default", name)
-    assert pod is not None
-    return pod
-
-
 @pytest.fixture
 def config() -> dict[str, Any]:
     return {"rollout": {"enabled": True, "readyTimeout": "3s"}}
@@ -78,16 +60,16 @@ def config() -> dict[str, Any]:
 def test_only_a_sidecar_image_changed_each_pod_of_this_node_is_updated_in_place_in_order(env: Env, config: dict[str, Any]) -> None:
     update = sts_template(proxy="proxy:2")
     _cluster(env, update)
-    apps_before = {n: _pod_by_name(env, n)["status"]["containerStatuses"][0]["containerID"] for n in ("db-1", "db-2")}
+    apps_before = {n: pod_by_name(env, n)["status"]["containerStatuses"][0]["containerID"] for n in ("db-1", "db-2")}
     with FakeKubelet(env.cluster, update, "db-2") as kubelet:
         daemon = env.daemon(**config)
         daemon.ready()
-        wait_for(lambda: all(_pod_by_name(env, n)["metadata"]["labels"]["controller-revision-hash"] == "db-2" for n in ("db-1", "db-2")),
+        wait_for(lambda: all(pod_by_name(env, n)["metadata"]["labels"]["controller-revision-hash"] == "db-2" for n in ("db-1", "db-2")),
                  "both of this node's pods at the update revision")
         wait_for(lambda: len(daemon.logged("rollout.done")) == 2, "both updates finished")
     assert _patched(env) == ["db-2", "db-1"]  # the highest ordinal first
     for name in ("db-1", "db-2"):
-        pod = _pod_by_name(env, name)
+        pod = pod_by_name(env, name)
         assert [c["image"] for c in pod["spec"]["containers"]] == ["app:1", "proxy:2"]
         assert pod["status"]["containerStatuses"][0]["containerID"] == apps_before[name]  # the app did not restart
         assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
@@ -101,7 +83,7 @@ def test_only_a_sidecar_image_changed_each_pod_of_this_node_is_updated_in_place_
     assert {r.path.split("/")[-2] for r in falses} == {"db-1", "db-2"}
     # pulled once through CRI, then present for the second pod
     assert [c.request["image"]["image"] for c in env.cri.service.calls_of("PullImage")] == ["proxy:2"]
-    assert _pod_by_name(env, "db-0")["metadata"]["labels"]["controller-revision-hash"] == "db-1"  # another node's
+    assert pod_by_name(env, "db-0")["metadata"]["labels"]["controller-revision-hash"] == "db-1"  # another node's
     assert env.cluster.count("DELETE", "/pods/") == 0 and env.cluster.count("POST", "/eviction") == 0
     assert env.cluster.g_list("coordination.k8s.io/v1/leases", "default", "")["items"] == []  # slots released
     sts = env.cluster.get(*STS_API, "default", "db")
@@ -117,14 +99,14 @@ def test_only_a_sidecar_image_changed_each_pod_of_this_node_is_updated_in_place_
 def test_a_change_beyond_images_recreates_the_pod(env: Env, config: dict[str, Any]) -> None:
     update = sts_template(proxy="proxy:2", env="fast")
     _cluster(env, update)
-    uid_before = _pod_by_name(env, "db-2")["metadata"]["uid"]
+    uid_before = pod_by_name(env, "db-2")["metadata"]["uid"]
     with FakeKubelet(env.cluster, update, "db-2"):
         daemon = env.daemon(**config)
         daemon.ready()
         wait_for(lambda: len(daemon.logged("rollout.done")) == 2, "both pods recreated")
     deletes = [r.path.split("/")[-1] for r in env.cluster.recorded("DELETE", "/pods/db-")]
     assert deletes == ["db-2", "db-1"]
-    assert _pod_by_name(env, "db-2")["metadata"]["uid"] != uid_before
+    assert pod_by_name(env, "db-2")["metadata"]["uid"] != uid_before
     assert _patched(env) == []  # nothing patched in place
     [start, _] = daemon.logged("rollout.start")
     assert start["how"] == "Recreate" and "env" in start["reason"]
@@ -179,7 +161,7 @@ def test_a_new_pod_with_the_readiness_gate_gets_the_condition_true(env: Env, con
     does, for this node's pods of opted-in workloads (from the pods it has: no API read)."""
     _cluster(env, sts_template())
     for name in ("db-0", "db-1", "db-2"):  # as created by the controller: no InPlaceUpdateReady condition yet
-        pod = _pod_by_name(env, name)
+        pod = pod_by_name(env, name)
         pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
         with env.cluster.lock:
             env.cluster.pods[pod["metadata"]["uid"]] = pod
@@ -188,10 +170,10 @@ def test_a_new_pod_with_the_readiness_gate_gets_the_condition_true(env: Env, con
     daemon = env.daemon(**config)
     daemon.ready()
     for name in ("db-1", "db-2"):
-        uid = _pod_by_name(env, name)["metadata"]["uid"]
+        uid = pod_by_name(env, name)["metadata"]["uid"]
         got = wait_for(lambda u=uid: env.cluster.condition(u, GATE), f"the condition on {name}")
         assert got["status"] == "True" and got["reason"] == "NotUpdating"
-    assert env.cluster.condition(_pod_by_name(env, "db-0")["metadata"]["uid"], GATE) is None  # another node's
+    assert env.cluster.condition(pod_by_name(env, "db-0")["metadata"]["uid"], GATE) is None  # another node's
     assert env.cluster.count("GET", "/namespaces/default/pods") == 0  # no API read for it
     assert daemon.terminate() == 0
 
@@ -228,148 +210,6 @@ def test_rollout_status_shows_each_pod_and_why(env: Env, capsys: pytest.CaptureF
         assert len(err) == 1 and expected in err[0]
 
 
-@contextlib.contextmanager
-def turn_keeper(env: Env, start_s: float = 300.0) -> Iterator[TurnKeeper]:
-    """The cluster keeper's DaemonSet turns (agent.daemon.rollout_keeper), in this process, on the fake API."""
-    kubeconfig = env.tmp / "keeper-kubeconfig"
-    kubeconfig.write_text(env.api.kubeconfig())
-    client = api_client(str(kubeconfig), connections=8)
-    client.user_agent = KEEPER_AGENT  # its requests apart from the agents'
-    keeper = TurnKeeper(APIServer(client), KeeperMetrics(), ready_timeout_s=30, settle_s=0.05,
-                        start_s=start_s)
-    stop = threading.Event()
-    keeper.start(stop)
-    try:
-        yield keeper
-    finally:
-        stop.set()
-        keeper.join(5)
-
-
-@contextlib.contextmanager
-def two_agents_sampled(env: Env, config: dict[str, Any], tmp_path: Any) -> Iterator[tuple[Daemon, Daemon, list[int]]]:
-    """The agents of node-1 and node-2 (ready), and the most pods unavailable at once in the cluster, sampled
-    every 10 ms until the block ends."""
-    env.cluster.other_nodes["node-2"] = {**copy.deepcopy(env.cluster.node), "metadata": {"name": "node-2", "resourceVersion": "1"}}
-    worst = [0]
-    sampling = threading.Event()
-
-    def sample() -> None:
-        while not sampling.wait(0.01):
-            worst[0] = max(worst[0], _unavailable(env))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    second = tmp_path / "node-2.yaml"
-    second.write_text(env.config(nodeName="node-2", stateDir=str(tmp_path / "state-2"), observeOnly=True, **config).read_text())
-    one = env.daemon(**config)
-    two = Daemon(second, tmp_path / "node-2.log").start()
-    env.daemons.append(two)
-    try:
-        one.ready()
-        two.ready()
-        yield one, two, worst
-    finally:
-        sampling.set()
-        sampler.join(5)
-
-
-def _daemonset(c: Any, nodes: dict[str, str], generation: int = 2) -> dict[str, Any]:
-    """A DaemonSet db whose update revision bbb2 changes only proxy's image, its pods at aaa1 on `nodes`."""
-    serve_rollout_kinds(c)
-    for number, (h, template) in enumerate((("aaa1", sts_template()), ("bbb2", sts_template(proxy="proxy:2"))), start=1):
-        rev = sts_revision(f"db-{h}", template, number)
-        rev["metadata"]["labels"]["controller-revision-hash"] = h
-        rev["metadata"]["ownerReferences"] = DS_OWNER
-        c.put(*REV_API, rev)
-    for i, (name, node) in enumerate(sorted(nodes.items())):
-        pod = sts_pod(i, node, "aaa1", sts_template())
-        pod["metadata"]["name"] = name
-        pod["metadata"]["ownerReferences"] = DS_OWNER
-        pod["metadata"]["labels"]["pod-template-generation"] = "1"
-        c.apply(pod)
-    ds = {"metadata": {"name": "db", "namespace": "default", "uid": "ds-uid", "generation": generation,
-                       "annotations": {"kube-cgroup-agent.io/pod-update-policy": "InPlaceIfPossible"}},
-          "spec": {"selector": {"matchLabels": {"app": "db"}}, "updateStrategy": {"type": "OnDelete"}, "template": sts_template(proxy="proxy:2")},
-          "status": {"desiredNumberScheduled": len(nodes), "observedGeneration": 2, "updatedNumberScheduled": 0}}
-    c.put(*DS_API, ds)
-    return ds
-
-
-def _ds_kubelet(c: Any) -> None:
-    with c.lock:
-        for p in c.pods.values():
-            st = p["status"]["containerStatuses"][1]
-            if p["spec"]["containers"][1]["image"] != st["image"]:
-                st.update(image=p["spec"]["containers"][1]["image"], containerID=container_id("restarted"), ready=True)
-                c._emit("MODIFIED", p)
-
-
-def test_a_daemonset_pod_is_updated_in_place_when_the_keeper_gives_it_its_turn(env: Env, config: dict[str, Any]) -> None:
-    """DaemonSet: no node watches it; the keeper writes the turn on the pod (the update revision's hash, the
-    newest ControllerRevision by .revision), the node reads the DaemonSet once and patches
-    controller-revision-hash and pod-template-generation with the image."""
-    c = env.cluster
-    _daemonset(c, {"db-x7k2p": NODE})
-    daemon = env.daemon(**config)
-    daemon.ready()
-    time.sleep(1.5)
-    assert not daemon.logged("rollout.start")  # no turn yet: nothing happens, nothing is read
-    assert c.count("GET", "/daemonsets") == 0
-    with turn_keeper(env):
-        wait_for(lambda: (_ds_kubelet(c), daemon.logged("rollout.done"))[1], "the DaemonSet pod updated")
-        got = _pod_by_name(env, "db-x7k2p")
-        assert got["metadata"]["labels"]["controller-revision-hash"] == "bbb2"
-        assert got["metadata"]["labels"]["pod-template-generation"] == "2"
-        assert got["spec"]["containers"][1]["image"] == "proxy:2"
-        wait_for(lambda: TURN not in (_pod_by_name(env, "db-x7k2p")["metadata"].get("annotations") or {}), "the turn cleared when done")
-    assert env.cluster.count("DELETE", "/pods/") == 0
-    # the node read the DaemonSet by name, never listed or watched it, and never listed its pods
-    assert c.count("GET", "/namespaces/default/daemonsets/db") >= 1
-    # its status is on its own pod, not on the DaemonSet (one key a node would outgrow the DaemonSet's
-    # annotations at a few thousand nodes, each write sent to every node watching it)
-    status = wait_for(lambda: json.loads(_pod_by_name(env, "db-x7k2p")["metadata"].get("annotations", {}).get(
-        "kube-cgroup-agent.io/rollout-status", "null")), "the pod's status annotation")
-    assert (status["node"], status["revision"]) == (NODE, "bbb2") and status["state"] in ("updating", "updated")
-    assert not [k for k in (c.get(*DS_API, "default", "db") or {})["metadata"].get("annotations", {}) if "rollout-status" in k]
-    assert daemon.terminate() == 0
-
-
-def test_a_daemonset_over_three_nodes_goes_one_pod_at_a_time_by_the_keepers_turns(env: Env, config: dict[str, Any], tmp_path: Any) -> None:
-    """Three pods on three nodes, two agents running (node-1, node-2) and node-3's agent down, max-unavailable
-    1: the keeper hands out one turn at a time, never two pods unavailable (sampled every 10 ms); node-3's
-    turn, never begun, is taken back after the keeper's start timeout and the others go on; the agents
-    never list the DaemonSet's pods."""
-    c = env.cluster
-    nodes = {"db-a": NODE, "db-b": "node-2", "db-c": "node-3"}
-    _daemonset(c, nodes)
-    with two_agents_sampled(env, config, tmp_path) as (one, two, worst), turn_keeper(env, start_s=2.0) as keeper:
-        wait_for(lambda: (_ds_kubelet(c), len(one.logged("rollout.done")) + len(two.logged("rollout.done")))[1] == 2,
-                 "db-a and db-b updated", timeout=60)
-        wait_for(lambda: keeper.resting, "db-c's turn taken back (its agent is down)")
-        turns = {what: keeper.metrics.registry.get_sample_value("kube_cgroup_agent_rollout_turns_total", {"what": what})
-                 for what in ("given", "cleared", "taken_back")}
-        assert turns == {"given": 3.0, "cleared": 3.0, "taken_back": 1.0}, turns
-    assert worst[0] == 1
-    at = {n: _pod_by_name(env, n)["metadata"]["labels"]["controller-revision-hash"] for n in nodes}
-    assert at == {"db-a": "bbb2", "db-b": "bbb2", "db-c": "aaa1"}
-    agents = [r for r in c.requests if r.user_agent != KEEPER_AGENT]
-    assert not [r for r in agents if "/namespaces/default/pods?" in r.path]  # no agent listed the DaemonSet's pods
-    assert not [r for r in agents if "/daemonsets" in r.path and "/daemonsets/db" not in r.path]  # nor listed or watched it
-    keeper_reads = [r.path for r in c.requests if r.user_agent == KEEPER_AGENT and "/namespaces/default/pods?" in r.path]
-    assert any("watch=true" in p for p in keeper_reads)  # the keeper watched them, by the DaemonSet's selector
-    assert all("labelSelector=app%3Ddb" in p for p in keeper_reads)
-    assert c.count("DELETE", "/pods/") == 0
-    assert one.terminate() == 0 and two.terminate() == 0
-
-
-def _unavailable(env: Env) -> int:
-    with env.cluster.lock:
-        pods = list(env.cluster.pods.values())
-        return sum(1 for p in pods if any(c["type"] == "Ready" and c["status"] != "True" for c in p["status"]["conditions"])
-                   or any(c["type"] == GATE and c["status"] == "False" for c in p["status"]["conditions"]))
-
-
 def test_two_nodes_keep_the_order_the_partition_and_the_budget_at_every_step(env: Env, config: dict[str, Any], tmp_path: Any) -> None:
     """Two agents (node-1, node-2), four pods alternating between them, partition 1, max-unavailable 1:
     db-3 (node-1), db-2 (node-2), db-1 (node-1) in that order, db-0 kept; never more than one pod
@@ -390,12 +230,12 @@ def test_two_nodes_keep_the_order_the_partition_and_the_budget_at_every_step(env
     with FakeKubelet(env.cluster, update, "db-2", nodes=nodes) as kubelet, two_agents_sampled(env, config, tmp_path) as (one, two, worst):
         wait_for(lambda: len(one.logged("rollout.done")) == 2 and len(two.logged("rollout.done")) == 1, "db-3, db-2, db-1 updated", timeout=60)
         assert _patched(env) == ["db-3", "db-2", "db-1"]
-        assert _pod_by_name(env, "db-0")["metadata"]["labels"]["controller-revision-hash"] == "db-1"  # below the partition
+        assert pod_by_name(env, "db-0")["metadata"]["labels"]["controller-revision-hash"] == "db-1"  # below the partition
         assert sorted(kubelet.restarts) == [("db-1", "proxy"), ("db-2", "proxy"), ("db-3", "proxy")]
         # the template reverts: the updated pods go back in place, in the same order
         kubelet.update, kubelet.template = "db-1", sts_template()
         c.put(*STS_API, {**sts, "status": {"currentRevision": "db-1", "updateRevision": "db-1"}})
-        wait_for(lambda: all(_pod_by_name(env, n)["spec"]["containers"][1]["image"] == "proxy:1" for n in ("db-1", "db-2", "db-3"))
+        wait_for(lambda: all(pod_by_name(env, n)["spec"]["containers"][1]["image"] == "proxy:1" for n in ("db-1", "db-2", "db-3"))
                  and len(one.logged("rollout.done")) == 4 and len(two.logged("rollout.done")) == 2, "the rollback", timeout=60)
     assert worst[0] == 1  # one pod at a time, never two, across both nodes
     conflicts = [r for r in c.recorded("PATCH", "/pods/db-3") if "/status" not in r.path]
@@ -433,7 +273,7 @@ def test_with_resources_in_place_a_resources_change_goes_through_pods_resize(env
     assert [r.path.split("/")[-2] for r in resized] == ["db-2", "db-1"]
     assert resized[0].body["spec"]["containers"] == [{"name": "app", "resources": {"requests": {"cpu": "200m", "memory": "64Mi"}}}]
     assert env.cluster.count("DELETE", "/pods/") == 0
-    assert _pod_by_name(env, "db-1")["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "200m"
+    assert pod_by_name(env, "db-1")["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "200m"
     assert daemon.terminate() == 0
 
 
@@ -454,7 +294,7 @@ def test_an_update_interrupted_after_its_patch_is_finished_by_the_next_start(env
     with FakeKubelet(env.cluster, update, "db-2"):
         daemon = env.daemon(**config)
         daemon.ready()
-        uid = _pod_by_name(env, "db-2")["metadata"]["uid"]
+        uid = pod_by_name(env, "db-2")["metadata"]["uid"]
         wait_for(lambda: (env.cluster.condition(uid, GATE) or {}).get("status") == "True", "db-2's gate opened")
         wait_for(lambda: len(daemon.logged("rollout.done")) == 1, "db-1 updated")
     assert env.cluster.condition(uid, GATE)["reason"] == "UpdatedInPlace"  # type: ignore[index]
