@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.scale import goals, svg
+from bench.scale import goals, rec_measure, svg
 
 MIB = 1 << 20
 analyse = goals.analyse
@@ -157,8 +157,8 @@ def recommender_lines(data: dict[str, Any]) -> list[str]:
     text += (f" Measured: a NodeHistory {m['history_base_bytes']:.0f} bytes and {m['entry_bytes']:.0f} a (VPA, node) entry, a "
              f"Lease {m['lease_bytes']:.0f} bytes; per interval {m['history_writes']:.2f} NodeHistory writes a node, "
              f"{m['lease_writes']:.2f} Lease writes, {statuses} and {m['lists']:.2f} LISTs a VPA"
-             + (f"; a VPA with no history {young:.2f} status patches an interval{goals.young_span(ex.get('young_intervals'), info.get('interval_s'))}: "
-                f"{goals.TRANSIENT}" if young is not None else "") + ". "
+             + (f"; a VPA with no history {young:.2f} status patches an interval{rec_measure.young_span(ex.get('young_intervals'), info.get('interval_s'))}: "
+                f"{rec_measure.TRANSIENT}" if young is not None else "") + ". "
              f"At {big['nodes']:,.0f} nodes, every VPA naming it and its default interval: NodeHistories "
              f"{big['histories_bytes'] / MIB:.0f} MiB at 110 pods a node ({small['histories_bytes'] / MIB:.0f} MiB at 30, the "
              f"cluster limit of 150,000 pods), Leases {big['leases_bytes'] / MIB:.1f} MiB; writes {big['history_writes_per_s']:.1f} + "

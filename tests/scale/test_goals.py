@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench.scale import goals, report
+from bench.scale import goals, rec_measure, report
 
 
 def _agent(share: float, cpu: float, rss: float) -> dict[str, Any]:
@@ -186,9 +186,9 @@ def _goal(out: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 def test_the_run_measures_the_recommender_per_object_entry_and_interval() -> None:
     data = with_recommender(run(share=0.00005, cpu=0.1, rss=1.0, steady=0.5, latency=0.3))
-    assert goals.recommender_measured(data) == MEASURED
+    assert rec_measure.recommender_measured(data) == MEASURED
     data["storage"]["project"]["nodehistories"]["entries"] = 0
-    assert goals.recommender_measured(data) is None  # nothing published: nothing to scale
+    assert rec_measure.recommender_measured(data) is None  # nothing published: nothing to scale
 
 
 def test_the_recommenders_bytes_and_writes_at_5000_nodes_say_where_they_go() -> None:
@@ -322,10 +322,10 @@ def test_the_status_patches_of_aged_and_young_vpas_are_measured_apart(aged: tupl
                                                                       windows: tuple[int, int], aged_rate: float,
                                                                       young_rate: float, ages: tuple[float, ...]) -> None:
     data = _aged_run(aged, young, windows)
-    got_aged, got_young = goals.status_split(data)
+    got_aged, got_young = rec_measure.status_split(data)
     assert got_aged == pytest.approx(aged_rate) and got_young == pytest.approx(young_rate)
-    assert goals.young_intervals(data) == ages
-    m = goals.recommender_measured(data)
+    assert rec_measure.young_intervals(data) == ages
+    m = rec_measure.recommender_measured(data)
     assert m is not None
     assert m.status_writes == pytest.approx(aged_rate) and m.status_writes_young == pytest.approx(young_rate)
     # the other counts as they were (here over 2 agents' 600 s or 600 + 300 s)
@@ -339,7 +339,7 @@ def test_a_run_that_did_not_tell_them_apart_counts_every_vpas_patches(case: str)
     if case == "nothing seeded":  # every VPA young: no steady state measured, every patch counted as before
         for row in data["steady"].values():
             row["status_patches"] = {"aged": {"vpas": 0, "patches": 0}, "young": {"vpas": 3, "patches": 90}}
-    m = goals.recommender_measured(data)
+    m = rec_measure.recommender_measured(data)
     assert m == MEASURED and m.status_writes_young is None
     out = goals.analyse(data)
     assert out["extrapolation"]["recommender"]["measured"]["status_writes_young"] is None
