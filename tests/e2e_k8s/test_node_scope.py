@@ -120,7 +120,7 @@ def test_the_keeper_may_change_a_pods_rollout_turn_and_nothing_else_and_an_agent
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns, "labels": {"app": "p"}},
            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/c:1"}]}}
     url = f"/api/v1/namespaces/{ns}/pods/p?dryRun=All"
-    merge = "application/merge-patch+json"
+    merge = "application/strategic-merge-patch+json"  # containers by name: an image change the pod's own validation admits
     turn = "kube-cgroup-agent.io/rollout-turn"
     try:
         kubectl("apply", "-f", "-", stdin=json.dumps(pod))
