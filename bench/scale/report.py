@@ -10,6 +10,7 @@ from bench.scale import goals, rec_measure, svg
 
 MIB = 1 << 20
 analyse = goals.analyse
+ROLLOUT_RESOURCES = ("pods", "pods/status", "events", "leases", "daemonsets", "controllerrevisions")
 
 
 def pct(share: float) -> str:
@@ -177,7 +178,8 @@ def rollout_lines(data: dict[str, Any]) -> list[str]:
         return []
     agents = list(r["agents"].values())
     n = max(1, r["pods_updated"])
-    per_agent = sorted(a["requests"] for a in agents)
+    # what the rollout asked of each agent (its other work in the same seconds apart: the recommender's...)
+    per_agent = sorted(sum(v for k, v in a["by"].items() if k.split(" ", 1)[-1] in ROLLOUT_RESOURCES) for a in agents)
     events = sorted(a["change_events"] for a in agents)
     kinds: dict[str, int] = {}
     for a in agents:
@@ -192,7 +194,7 @@ def rollout_lines(data: dict[str, Any]) -> list[str]:
             f"{'complete' if r['complete'] else 'NOT complete'}, {r['pods_updated']} pods in {r['took_s']} s ({r['per_pod_s']} s a pod). "
             f"Each agent received {events[0]}–{events[-1]} change events (by kind over all agents: "
             + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda x: -x[1])) + "; no DaemonSet: none watches it) "
-            f"and sent {per_agent[0]}–{per_agent[-1]} requests (its slot Lease {sum(a['slot_requests'] for a in agents) / n:.1f} a pod, "
+            f"and sent {per_agent[0]}–{per_agent[-1]} requests for it (its pod, its status, Events, the DaemonSet and its revisions; its slot Lease {sum(a['slot_requests'] for a in agents) / n:.1f} a pod, "
             f"{r['slot_lease_writes'] / n:.1f} of them writes); the keeper {r['keeper_requests']} requests "
             f"({', '.join(f'{k} {v}' for k, v in list(r['keeper_by'].items())[:4])}) and {keeper_events} change events received. "
             f"The DaemonSet's status changed {r['ds_status_writes']} times: with every node watching it (before this design) each "
