@@ -4,8 +4,8 @@
       enabled: true                 # watch VPAs; off: no VPA watch, nothing VPA-driven (default off)
       actuate: opted-in             # or "all": every VPA, without the kube-cgroup-agent.io/vpa-actuator annotation
       treatRecreateAsInPlace: false # Auto/Recreate VPAs too (their updater would evict; the agent never does)
-      podLifetimeThreshold: 12h     # VPA's --pod-lifetime-update-threshold
-      minChange: 0.1                # VPA's --min-change-priority
+      podLifetimeThreshold: 12h     # VPA's --in-recommendation-bounds-eviction-lifetime-threshold
+      minChange: 0.1                # VPA's --pod-update-threshold
       memoryUsageMargin: 0.1        # a memory limit never goes below the working set x 1.1
 
 The panic button is the node label `kube-cgroup-agent.io/vpa=off`: one label on the node, seen through a
@@ -38,10 +38,10 @@ class VPASettings:
     treat_recreate_as_in_place: bool = field(default=False, metadata=doc(
         "act for `Auto` and `Recreate` VPAs too (their updater would evict; the agent never does)"))
     pod_lifetime_s: float = field(default=POD_LIFETIME_S, metadata=doc(
-        "VPA's `--pod-lifetime-update-threshold`: a younger pod is resized only when a request is outside the "
+        "VPA's `--in-recommendation-bounds-eviction-lifetime-threshold`: a younger pod is resized only when a request is outside the "
         "recommended bounds, or after a quick OOM"))
     min_change: float = field(default=MIN_CHANGE, metadata=doc(
-        "VPA's `--min-change-priority`: the summed relative change that resizes an older pod"))
+        "VPA's `--pod-update-threshold`: the summed relative change that resizes an older pod"))
     usage_margin: float = field(default=0.1, metadata=doc(
         "a memory limit never goes below the working set × (1 + this)"))
 

@@ -8,5 +8,5 @@ from __future__ import annotations
 
 from typing import Final
 
-MIN_CHANGE: Final = 0.1  # --min-change-priority / DefaultUpdateThreshold (updater config.go)
-POD_LIFETIME_S: Final = 12 * 3600.0  # --pod-lifetime-update-threshold / PodLifetimeUpdateThreshold
+MIN_CHANGE: Final = 0.1  # --pod-update-threshold / DefaultUpdateThreshold (updater config.go)
+POD_LIFETIME_S: Final = 12 * 3600.0  # --in-recommendation-bounds-eviction-lifetime-threshold / PodLifetimeUpdateThreshold
