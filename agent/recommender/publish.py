@@ -367,8 +367,10 @@ class Publisher:
         return view.held
 
     def release_all(self) -> int:
-        """Give up every Lease this node holds (at shutdown): the other nodes take over without waiting for
-        the full Lease. Returns how many were released; an API error is the caller's to log."""
+        """Give up every Lease this node holds (at shutdown): whoever steps first takes each over — this node's
+        next agent at its first step, another node once the Lease it last saw would have expired — without
+        waiting for a Lease nobody renews to run out. Returns how many were released; an API error is the
+        caller's to log."""
         released = 0
         for ns, vpa in sorted(self._held):
             release(self.api, ns, _lease_name(vpa), self.node)
