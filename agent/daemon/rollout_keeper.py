@@ -22,6 +22,7 @@ from typing import Any, Final
 from agent.daemon.objects import ObjectCache, Threads
 from agent.daemon.rollout import kept_workload
 from agent.daemon.rollout.revisions import Revisions
+from agent.daemon.rollout.status import raw_ref, workload_ref
 from agent.daemon.scope import ScopedWatches, WatchSpec
 from agent.infra.apiserver import MERGE_PATCH, APIServer, path
 from agent.infra.logging import get_logger
@@ -87,7 +88,6 @@ class TurnKeeper:
         self.granted: dict[str, float] = {}  # pod uid -> when this keeper gave its turn
         self.resting: dict[str, float] = {}  # pod uid -> when its turn was taken back
         self._said: set[tuple[str, str]] = set()
-        self.writes = 0
 
     def start(self, stop: threading.Event) -> None:
         def watch(stop: threading.Event) -> None:
@@ -118,7 +118,7 @@ class TurnKeeper:
             try:
                 w = parse_workload("DaemonSet", raw)
             except RolloutConfigError as err:
-                self._once(raw, "RolloutConfigInvalid", str(err))
+                self._event(raw_ref("DaemonSet", raw), "RolloutConfigInvalid", str(err))
                 continue
             if w is not None:
                 out.append((w, raw))
@@ -129,9 +129,8 @@ class TurnKeeper:
     def step(self) -> None:
         """One pass over the DaemonSets that opt in: watch the pods of those rolling out, write their turns."""
         workloads = self._workloads()
-        holding = {owner for p in self.pods.values() if turn_of(p) is not None
-                   for owner in [_owner_uid(p)] if owner}
-        active = [(w, raw) for w, raw in workloads if rolling(raw) or w.uid in holding]
+        turns = [p for p in self.pods.values() if turn_of(p) is not None]
+        active = [(w, raw) for w, raw in workloads if rolling(raw) or any(owned_by(p, w.uid) for p in turns)]
         self.pods.want({w.key: WatchSpec(path("v1", "pods", w.namespace), label_selector=w.label_selector) for w, _ in active})
         self.metrics.rollouts.set(len(active))
         listed = self.pods.listed_keys()
@@ -170,7 +169,7 @@ class TurnKeeper:
                 self.metrics.rollout_turns.labels("given").inc()
                 log.info("rollout_keeper.turn", workload=w.key, pod=name, revision=update_hash)
         if h.halted:
-            self._once_workload(w, "RolloutHalted", f"pods {', '.join(h.halted)} are not Ready at revision {update_hash}: no further turn is handed out until the template changes")
+            self._event(workload_ref(w), "RolloutHalted", f"pods {', '.join(h.halted)} are not Ready at revision {update_hash}: no further turn is handed out until the template changes")
 
     def _write(self, w: Workload, pod: str, value: str | None) -> bool:
         try:
@@ -181,18 +180,10 @@ class TurnKeeper:
             self.metrics.rollout_turns.labels("failed").inc()
             self.wake.set()
             return False
-        self.writes += 1
         return True
 
-    def _once(self, raw: Mapping[str, Any], reason: str, message: str) -> None:
-        meta = raw.get("metadata") or {}
-        ref = PodRef(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""), "DaemonSet", "apps/v1")
-        self._event(ref, reason, message)
-
-    def _once_workload(self, w: Workload, reason: str, message: str) -> None:
-        self._event(PodRef(w.namespace, w.name, w.uid, "DaemonSet", "apps/v1"), reason, message)
-
     def _event(self, ref: PodRef, reason: str, message: str) -> None:
+        """A Warning Event on the DaemonSet, once per message (and logged)."""
         if (ref.uid, message) in self._said:
             return
         self._said.add((ref.uid, message))
@@ -203,9 +194,3 @@ class TurnKeeper:
         except Exception as err:
             log.warning("rollout_keeper.event_failed", object=f"DaemonSet/{ref.namespace}/{ref.name}", error=str(wrap("post event", err)))
 
-
-def _owner_uid(raw: Mapping[str, Any]) -> str:
-    for ref in (raw.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller"):
-            return str(ref.get("uid") or "")
-    return ""

@@ -34,7 +34,6 @@ class Handout:
     clear: tuple[str, ...]  # pods whose turn annotation goes (done, stale, or taken back)
     taken_back: tuple[str, ...]  # of `clear`, the turns never begun in time
     halted: tuple[str, ...]  # pods failed at the update revision: nothing more is handed out
-    waiting: int  # pods behind that wait for the budget
 
 
 def turn_of(raw: Mapping[str, Any]) -> str | None:
@@ -93,20 +92,11 @@ def handout(
         states.append(replace(state, updating=updating))
     halted = tuple(s.name for s in states if s.failed)
     over = set(clear)
-
-    def candidates(skip: frozenset[str]) -> list[str]:
-        # a pod left out stays in the count of the unavailable: only a Ready one is left out
-        shown = [s for s in states if not (s.name in skip and s.ready and not s.terminating)]
-        return [t.pod for t in turns(rollout, shown, None) if t.go]
-
-    def free(p: str) -> bool:  # a pod whose turn is cleared now is handed one again at the next pass
-        return p not in holding and p not in over and _placed(p, states)
-
-    may = [p for p in candidates(resting | over) if free(p)]
-    behind = sum(1 for s in states if s.revision != update and s.name not in holding)
-    return Handout(tuple(may), tuple(clear), tuple(taken_back), halted, max(0, behind - len(may)))
-
-
-def _placed(pod: str, states: Sequence[PodState]) -> bool:
-    """Only a pod bound to a node has an agent to take its turn."""
-    return any(s.name == pod and s.node for s in states)
+    skip = resting | over
+    # a pod left out stays in the count of the unavailable: only a Ready one is left out
+    shown = [s for s in states if not (s.name in skip and s.ready and not s.terminating)]
+    placed = {s.name for s in states if s.node}  # only a pod bound to a node has an agent to take its turn
+    # a pod whose turn is cleared now is handed one again at the next pass
+    may = [t.pod for t in turns(rollout, shown, None)
+           if t.go and t.pod not in holding and t.pod not in over and t.pod in placed]
+    return Handout(tuple(may), tuple(clear), tuple(taken_back), halted)
