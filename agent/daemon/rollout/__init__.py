@@ -195,8 +195,7 @@ class RolloutComponent:
         step further, from the node's own pod watch (no list of the DaemonSet's pods)."""
         raw = {str((p.get("metadata") or {}).get("uid")): p for p in self.ctx.raw_pods()}
         for f in [f for f in self.updates.flights.values() if f.workload.kind is WorkloadKind.DAEMON_SET]:
-            pod = raw.get(f.uid) or next((p for p in raw.values() if (p.get("metadata") or {}).get("name") == f.pod
-                                          and (p.get("metadata") or {}).get("namespace") == f.workload.namespace), None)
+            pod = raw.get(f.uid)  # a DaemonSet's pod names are generated: none is ever the same pod again
             self.updates.advance(f, pod)
             self.notices.publish(f.workload, [pod] if pod is not None else [], f.update_hash, {}, self.updates.flights)
         for uid, pod in raw.items():
