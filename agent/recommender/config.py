@@ -54,7 +54,9 @@ class PrometheusSettings:
     history, as VPA's recommender does with `--storage=prometheus` (input/history/history_provider.go).
     Each key is VPA's flag without its `prometheus-` prefix (the section says it), in camelCase, with
     VPA's default (config/config.go), except `address` (VPA: http://prometheus.monitoring.svc), empty here:
-    off; and two bounds of the node's own (`maxSeries`, `maxBytes`)."""
+    off; and beyond VPA, two bounds of the node's own (`maxSeries`, `maxBytes`) and `caFile`. The token and
+    the CA are files read at each load, never kept: a token rotates, and a file gone is a load's failure
+    (one line, the node's own history), not the agent's."""
 
     address: str = field(default="", metadata=doc(
         "VPA's `--prometheus-address` (http://prometheus.monitoring.svc there): the Prometheus whose cAdvisor "
@@ -88,6 +90,17 @@ class PrometheusSettings:
     max_bytes: int = field(default=4 * 1024 * 1024, metadata=doc(
         "beyond VPA: a response body larger than this many bytes is not read further and gives no history "
         "(one log line)"))
+    bearer_token_file: str = field(default="", metadata=doc(
+        "VPA's `--prometheus-bearer-token-file`: an absolute path; its content is sent as `Authorization: Bearer` "
+        "with each query and read again at each load, so a rotated projected ServiceAccount token keeps working; "
+        "a file missing, unreadable or empty gives no history (one log line); empty: no token",
+        default="empty: none", kind="path"))
+    ca_file: str = field(default="", metadata=doc(
+        "beyond VPA: an absolute path to the PEM certificates that verify an https:// `address`, read again at "
+        "each load; empty: the system's CAs", default="empty: the system's", kind="path"))
+    insecure: bool = field(default=False, metadata=doc(
+        "VPA's `--prometheus-insecure`: an https:// `address` is not verified at all (neither its CA nor its name); "
+        "for tests: whoever answers gets the token and gives the history"))
 
     @property
     def enabled(self) -> bool:
@@ -107,6 +120,9 @@ PROMETHEUS_KEYS: Final = {
     "containerNameLabel": "container_name_label",
     "maxSeries": "max_series",
     "maxBytes": "max_bytes",
+    "bearerTokenFile": "bearer_token_file",
+    "caFile": "ca_file",
+    "insecure": "insecure",
 }
 
 
@@ -130,6 +146,11 @@ def parse_prometheus(raw: object) -> PrometheusSettings:
     out = replace(PrometheusSettings(), **changes)
     if not problems and out.history_resolution_s > out.history_length_s:
         problems.append("recommender.prometheus.historyResolution must not exceed historyLength")
+    if not problems and out.address.startswith("http://"):  # TLS settings on a plain address: a mistake
+        problems += [f"recommender.prometheus.{key}: only for an https:// address ({out.address} is http://)"
+                     for key, on in (("caFile", out.ca_file), ("insecure", out.insecure)) if on]
+    if not problems and out.insecure and out.ca_file:
+        problems.append("recommender.prometheus.insecure: true verifies nothing, not even with caFile: set one of them")
     if problems:
         raise ValueError("; ".join(problems))
     return out
@@ -156,6 +177,14 @@ def _prometheus_value(name: str, value: object) -> object:
         if seconds <= 0:
             raise ValueError(f"{value!r} is not a duration above zero")
         return seconds
+    if name == "insecure":
+        if not isinstance(value, bool):
+            raise ValueError(f"{value!r} is not true or false")
+        return value
+    if name in ("bearer_token_file", "ca_file"):
+        if not isinstance(value, str) or (value and (not value.startswith("/") or any(c in value for c in "\0\n"))):
+            raise ValueError(f"{value!r} is not an absolute path (empty: none)")
+        return value
     if name in ("max_series", "max_bytes"):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{value!r} is not a positive integer")

@@ -12,7 +12,9 @@ was asked, and a grace) is given up the same way, whatever the worker is doing; 
 the network in the recommender's thread, and the worker never touches the state.
 
 `http_fetch` is the thin HTTP client (`Fetch`): a POST of the query's form to `/api/v1/query_range`, a
-socket timeout of the time left before each read, the body read to at most `maxBytes`."""
+socket timeout of the time left before each read, the body read to at most `maxBytes`; the bearer token and
+the CA read from their files for each query (a projected token is rotated in place), so that a file missing
+or bad fails that load only, with its one line."""
 
 from __future__ import annotations
 
@@ -20,10 +22,12 @@ import http.client
 import json
 import queue
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 from urllib.parse import urlencode, urlsplit
 
@@ -71,8 +75,37 @@ def _error_text(body: bytes) -> str:
     return body[:120].decode("utf-8", "replace").strip() or "no body"
 
 
-def http_fetch(address: str, max_bytes: int) -> Fetch:
-    """The HTTP client of `address` (http:// or https://, a path prefix kept)."""
+def bearer_token(path: str) -> str:
+    """The token in `path` (surrounding whitespace dropped, as a projected token's file may end in a newline);
+    HistoryError naming the file, never quoting it, when it cannot be read or is no header value."""
+    try:
+        with Path(path).open("rb") as f:
+            raw = f.read(64 * 1024 + 1)
+    except OSError as err:
+        raise HistoryError(f"cannot read bearerTokenFile {path}: {err.strerror or type(err).__name__}") from None
+    token = raw.strip()
+    if not token or len(raw) > 64 * 1024 or any(c < 0x21 or c > 0x7E for c in token):
+        raise HistoryError(f"bearerTokenFile {path} holds no token (empty, over 64 KiB, or not printable ASCII)")
+    return token.decode("ascii")
+
+
+def tls_context(ca_file: str, insecure: bool) -> ssl.SSLContext:
+    """The verification of an https:// address: the system's CAs or `ca_file`'s, or none with `insecure`."""
+    if insecure:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    try:
+        return ssl.create_default_context(cafile=ca_file or None)
+    except (OSError, ssl.SSLError) as err:
+        raise HistoryError(f"cannot load caFile {ca_file}: {type(err).__name__}: {err}") from None
+
+
+def http_fetch(address: str, max_bytes: int, *, token_file: str = "", ca_file: str = "",
+               insecure: bool = False) -> Fetch:
+    """The HTTP client of `address` (http:// or https://, a path prefix kept), with the bearer token of
+    `token_file` and, for https://, the CAs of `ca_file` (empty: the system's) or no verification (`insecure`)."""
     url = urlsplit(address)
     if url.scheme not in ("http", "https") or not url.hostname:
         raise ValueError(f"{address!r} is not an http:// or https:// URL")
@@ -81,12 +114,15 @@ def http_fetch(address: str, max_bytes: int) -> Fetch:
 
     def fetch(q: RangeQuery, timeout_s: float) -> bytes:
         deadline = time.monotonic() + timeout_s
-        conn: http.client.HTTPConnection = (http.client.HTTPSConnection(host, port, timeout=timeout_s) if secure
-                                            else http.client.HTTPConnection(host, port, timeout=timeout_s))
+        headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json",
+                   "User-Agent": "kube-cgroup-agent"}
+        if token_file:
+            headers["Authorization"] = "Bearer " + bearer_token(token_file)
+        conn: http.client.HTTPConnection = (
+            http.client.HTTPSConnection(host, port, timeout=timeout_s, context=tls_context(ca_file, insecure))
+            if secure else http.client.HTTPConnection(host, port, timeout=timeout_s))
         try:
-            conn.request("POST", path, body=urlencode(q.form(timeout_s)).encode(), headers={
-                "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json",
-                "User-Agent": "kube-cgroup-agent"})
+            conn.request("POST", path, body=urlencode(q.form(timeout_s)).encode(), headers=headers)
             sock = conn.sock  # the response reads it, even once the connection hands it over
             if sock is None:
                 raise HistoryError("no connection")
@@ -313,4 +349,5 @@ def loader_for(model: RecommenderSettings) -> HistoryLoader | None:
     prom = model.prometheus
     if not prom.enabled:
         return None
-    return HistoryLoader(prom, model, http_fetch(prom.address, prom.max_bytes))
+    return HistoryLoader(prom, model, http_fetch(prom.address, prom.max_bytes, token_file=prom.bearer_token_file,
+                                                 ca_file=prom.ca_file, insecure=prom.insecure))
