@@ -23,21 +23,27 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from agent.core.model import Resources
 from agent.core.ownership import Thing
 from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
 from agent.daemon.scope import ScopedWatches, WatchSpec
+from agent.daemon.vpa_react import StarvationLoop
 from agent.infra.apiserver import STRATEGIC_MERGE, APIServer, path
 from agent.infra.logging import get_logger
 from agent.kube.errors import APIError, APIForbidden, APINotFound, wrap
 from agent.kube.node_vpas import node_selector
 from agent.kube.owners import OwnerLinks
+from agent.pods.parse import resource_list
 from agent.resize.types import ResizeState, ResizeStatus
 from agent.vpa.applied import ActuatorState
 from agent.vpa.config import PANIC_LABEL
+from agent.vpa.floors import free_allocatable
 from agent.vpa.model import VPA, VPAParseError
 from agent.vpa.parse import parse_vpa
 from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock, api_resources
+from agent.vpa.react import EVENT_REASONS, Kind, Reaction
+from agent.vpa.reacting import Reactor
 from agent.vpa.source import VPASource, owner_chain
 from agent.vpa.state import load, save
 
@@ -80,6 +86,8 @@ class VPAComponent:
         source.on_conflict = self._conflict
         source.on_state = self._save_state
         ctx.on_oom.append(self._oom)
+        source.reactor.on_reaction = self._reacted
+        source.reactor.free = self._free
         if not via_api:
             ctx.on_statuses.append(self._statuses)
 
@@ -93,6 +101,21 @@ class VPAComponent:
         self.ctx.metrics.vpa_resizes.labels(state.lower()).inc()
         self.ctx.event(uid, f"VPAResize{state}", message[:1000], blocked.state is ResizeBlock.INFEASIBLE)
         log.warning("vpa.resize_blocked", pod=pod, vpa=blocked.vpa, state=state, message=blocked.message)
+
+    def _reacted(self, pod: str, uid: str, reaction: Reaction) -> None:
+        """A reaction in place (agent.vpa.react): an Event, a metric, a log line, each time."""
+        message = f"container {reaction.container}: {reaction.why}"
+        self.ctx.metrics.vpa_reactions.labels(reaction.kind.value).inc()
+        self.ctx.event(uid, EVENT_REASONS[reaction.kind], message[:1000], reaction.kind in (Kind.CPU_AT_CAP, Kind.OOM_AT_CAP))
+        log.info("vpa.reaction", pod=pod, reaction=reaction.kind.value, container=reaction.container, floor=reaction.floor, why=reaction.why)
+
+    def _free(self) -> Resources | None:
+        """The node's allocatable less its pods' requests (None before the node is read)."""
+        for node in self.nodes.values():
+            raw = (node.get("status") or {}).get("allocatable")
+            if raw:
+                return free_allocatable(resource_list(raw, "allocatable"), self.ctx.pods())
+        return None
 
     def _conflict(self, pod: str, uid: str, vpas: tuple[str, ...]) -> None:
         """Two VPAs target one pod's owner chain: left alone, never guessed; said once (Event + log)."""
@@ -205,6 +228,8 @@ class VPAComponent:
         ]
         if self.via_api:
             loops.append(("vpa-actuate", self._actuate_loop))
+        if self.ctx.settings.vpa.react_cpu_starvation:
+            loops.append(("vpa-react", StarvationLoop(self.ctx, self.source, self._free).run))
         loops.append(("vpa-usage", self._usage_loop))
         self._threads.start(loops, stop)
 
@@ -360,11 +385,11 @@ def vpa_component(ctx: DaemonContext) -> Component | None:
         log.info("vpa.off", message="VPA in place needs the API server (pods from a directory here)")
         return None
     via_api = not ctx.ownership.writes(Thing.CONTAINER_RESIZES)
-    source = VPASource(opts=settings.options(), propose_changes=not via_api, usage={})
+    source = VPASource(opts=settings.options(), propose_changes=not via_api, usage={}, reactor=Reactor(oom=settings.react_oom))
     kept, warning = load(ctx.settings.state_dir)  # applied targets and refused resizes, across restarts
     if warning:
         log.warning("vpa.state", message=warning)
-    source.restore(kept if not via_api else ActuatorState(blocked=kept.blocked))
+    source.restore(kept if not via_api else ActuatorState(blocked=kept.blocked, floors=kept.floors))
     ctx.sources.append(source)
     ctx.metrics.vpa_enabled.set(1)
     component = VPAComponent(ctx, source, via_api)

@@ -100,6 +100,11 @@ class Metrics(BaseMetrics):
         self.vpa_resizes = Counter(
             f"{PREFIX}_vpa_resizes_total", "VPA-driven resizes by outcome: sent (pods/resize), error, done (the agent's engine), infeasible, deferred.", ["outcome"], registry=r
         )
+        self.vpa_reactions = Counter(
+            f"{PREFIX}_vpa_reactions_total",
+            "Reactions in place (vpa.react) by what they did: cpu_raised, cpu_restored, cpu_at_cap, oom_bumped, oom_at_cap.",
+            ["reaction"], registry=r,
+        )
         self.rollout_pods = Counter(
             f"{PREFIX}_rollout_pods_total",
             "Pods of opted-in StatefulSets and DaemonSets updated by this node's agent, by how: in-place, recreated, failed.",

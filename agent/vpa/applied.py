@@ -1,5 +1,7 @@
 """What the VPA actuator keeps across restarts (the file's format; agent.vpa.state reads and writes it):
-the targets applied by the agent's own engine, and the resizes refused or put off.
+the targets applied by the agent's own engine, the resizes refused or put off, and the reactions' floors
+(agent.vpa.react: without them a raised pod would be decided back down after a restart, and an OOM kill
+the pod status still shows would be counted again).
 
 Why: where the agent resizes containers, an applied VPA target lives only in the source (the pod spec is
 never changed); after a restart the updater's condition may no longer hold (the pod is inside its
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agent.core.model import Resources
+from agent.vpa.floors import Floor
 from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock
 
 FILE: Final = "vpa-applied.json"
@@ -28,6 +31,7 @@ Kept = tuple[str, tuple[ContainerTarget, ...]]  # (VPA key, targets)
 class ActuatorState:
     applied: Mapping[str, Kept] = field(default_factory=dict)  # pod uid -> applied by the agent's engine
     blocked: Mapping[str, Blocked] = field(default_factory=dict)  # pod uid -> refused or put off
+    floors: Mapping[str, Mapping[str, Floor]] = field(default_factory=dict)  # pod uid -> container -> floor
 
 
 def _res(r: Resources) -> dict[str, int]:
@@ -75,7 +79,33 @@ def dumps(state: ActuatorState) -> bytes:
         uid: {"vpa": b.vpa, "targets": _targets(b.targets), "state": b.state.value, "message": b.message}
         for uid, b in sorted(state.blocked.items())
     }
-    return json.dumps({"version": VERSION, "pods": pods, "blocked": blocked}, sort_keys=True).encode()
+    floors = {
+        uid: {c: {k: v for k, v in (("cpuMilli", f.cpu_milli), ("memory", f.memory), ("oomAt", f.oom_at), ("cpuLimitBefore", f.cpu_limit_before)) if v is not None}
+              for c, f in sorted(per_pod.items())}
+        for uid, per_pod in sorted(state.floors.items())
+    }
+    out = {"version": VERSION, "pods": pods, "blocked": blocked, **({"floors": floors} if floors else {})}
+    return json.dumps(out, sort_keys=True).encode()
+
+
+def _parse_floors(raw: object) -> dict[str, dict[str, Floor]]:
+    if not isinstance(raw, Mapping):
+        raise ValueError("floors must be a map")
+    out: dict[str, dict[str, Floor]] = {}
+    for uid, per_pod in raw.items():
+        if not isinstance(per_pod, Mapping):
+            raise ValueError(f"pod {uid}: floors must be a map of containers")
+        for container, f in per_pod.items():
+            if not isinstance(f, Mapping):
+                raise ValueError(f"pod {uid}: container {container}: a floor must be a map")
+            at = f.get("oomAt")
+            if at is not None and (isinstance(at, bool) or not isinstance(at, int | float)):
+                raise ValueError(f"pod {uid}: container {container}: oomAt {at!r} is not a time")
+            out.setdefault(str(uid), {})[str(container)] = Floor(
+                _int(f.get("cpuMilli")), _int(f.get("memory")), None if at is None else float(at),
+                _int(f.get("cpuLimitBefore")),
+            )
+    return out
 
 
 def loads(data: bytes) -> ActuatorState:
@@ -113,4 +143,4 @@ def loads(data: bytes) -> ActuatorState:
         blocked[str(uid)] = Blocked(
             rec["vpa"], _parse_targets(uid, rec.get("targets")), state, rec.get("message", "")
         )
-    return ActuatorState(applied, blocked)
+    return ActuatorState(applied, blocked, _parse_floors(doc.get("floors", {})))

@@ -7,6 +7,9 @@
       podLifetimeThreshold: 12h     # VPA's --in-recommendation-bounds-eviction-lifetime-threshold
       minChange: 0.1                # VPA's --pod-update-threshold
       memoryUsageMargin: 0.1        # a memory limit never goes below the working set x 1.1
+      react:                        # reactions in place, in seconds (agent.vpa.react), for the VPAs acted on
+        cpuStarvation: true         # a throttled container gets more CPU, back to the recommendation when calm
+        oom: true                   # an OOM-killed container gets VPA's OOM bump of its memory
 
 The panic button is the node label `kube-cgroup-agent.io/vpa=off`: one label on the node, seen through a
 watch of the node, stops every new VPA-driven change there; nothing already applied is touched.
@@ -44,6 +47,13 @@ class VPASettings:
         "VPA's `--pod-update-threshold`: the summed relative change that resizes an older pod"))
     usage_margin: float = field(default=0.1, metadata=doc(
         "a memory limit never goes below the working set × (1 + this)"))
+    react_cpu_starvation: bool = field(default=True, metadata=doc(
+        "a container throttled in ≥ 20 % of its CFS periods over 3 s gets its CPU request (and limit, in "
+        "proportion) doubled in place, up to maxAllowed and the node's free allocatable; back to the "
+        "recommendation after 2 min calm (docs/vpa-reactions.md)"))
+    react_oom: bool = field(default=True, metadata=doc(
+        "an OOM-killed container gets VPA's OOM bump (max(used + 100Mi, used × 1.2)) of its memory request "
+        "in place, up to maxAllowed; never an eviction (docs/vpa-reactions.md)"))
 
     def options(self) -> Options:
         from agent.vpa.policy import Options  # the policy is loaded by what acts on VPAs, not by the settings
@@ -64,11 +74,33 @@ KEYS: Final = {
     "podLifetimeThreshold": "pod_lifetime_s",
     "minChange": "min_change",
     "memoryUsageMargin": "usage_margin",
+    "react.cpuStarvation": "react_cpu_starvation",
+    "react.oom": "react_oom",
 }
 """The section's keys and the fields they set (`_vpa_key` parses each)."""
 
 
+REACT_KEYS: Final = {"cpuStarvation": "react_cpu_starvation", "oom": "react_oom"}
+
+
+def _react(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("must be a map like {cpuStarvation: true, oom: true}")
+    unknown = sorted(str(k) for k in value if k not in REACT_KEYS)
+    if unknown:
+        raise ValueError(f"unknown setting {unknown[0]!r} (known: {', '.join(REACT_KEYS)})")
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        try:
+            out[REACT_KEYS[k]] = as_bool(v)
+        except ValueError as err:
+            raise ValueError(f"{k}: {err}") from None
+    return out
+
+
 def _vpa_key(key: str, value: object) -> dict[str, Any]:
+    if key == "react":
+        return _react(value)
     if key in ("enabled", "treatRecreateAsInPlace"):
         return {"enabled" if key == "enabled" else "treat_recreate_as_in_place": as_bool(value)}
     if key == "actuate":

@@ -89,5 +89,5 @@ def cli_source(
         propose_changes=not kubelet_resizes,
         record=True,
     )
-    src.restore(kept if not kubelet_resizes else ActuatorState(blocked=kept.blocked))
+    src.restore(kept if not kubelet_resizes else ActuatorState(blocked=kept.blocked, floors=kept.floors))
     return src, warning

@@ -223,9 +223,11 @@ def decide(
     quick_oom: bool,
     opts: Options,
     usage: Mapping[str, int] | None = None,
+    reaction: str | None = None,
 ) -> Verdict:
     """Whether VPA's updater would update this pod now, and to what (one pod, pure). `usage`: each
-    container's working set, when the node knows it (None: not capped at all, as VPA itself)."""
+    container's working set, when the node knows it (None: not capped at all, as VPA itself);
+    `reaction`: why the node reacts now (agent.vpa.react), which, as a quick OOM, need not wait."""
     why = not_actuated_because(vpa, opts)
     if why is not None:
         return Verdict(False, why)
@@ -243,7 +245,7 @@ def decide(
     if not targets:
         return Verdict(False, SAME)
     outside, diff = _priority(pod, vpa)
-    if not outside and not quick_oom:
+    if not outside and not quick_oom and reaction is None:
         if age_s is None or age_s < opts.pod_lifetime_s:
             return Verdict(
                 False, "within the recommended range and the pod is younger than podLifetimeThreshold"
@@ -256,7 +258,9 @@ def decide(
     if _changes_qos(pod, targets):
         return Verdict(False, "the recommendation would change the pod's QoS class")
     why_now = (
-        "quick OOM"
+        reaction
+        if reaction is not None
+        else "quick OOM"
         if quick_oom
         else ("a request outside the recommended range" if outside else f"a {diff:.0%} change")
     )

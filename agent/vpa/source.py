@@ -35,6 +35,7 @@ from agent.infra.durations import parse_timestamp
 from agent.pods.parse import controller_owner, parse_pod, pod_key
 from agent.pods.sources.base import ContainerResources, Proposal
 from agent.vpa.applied import ActuatorState
+from agent.vpa.floors import Floor
 from agent.vpa.model import VPA
 from agent.vpa.policy import (
     SAME,
@@ -46,10 +47,13 @@ from agent.vpa.policy import (
     api_resources,
     clamped_targets,
     decide,
+    not_actuated_because,
     retry_allowed,
     target_values,
     with_local_memory,
 )
+from agent.vpa.react import Reaction
+from agent.vpa.reacting import Reactor, running_memory
 
 NAME: Final = "vpa"
 PRECEDENCE: Final = 50
@@ -58,6 +62,7 @@ MAX_CHAIN: Final = 8
 LOCAL_RECOMMENDER: Final = "kube-cgroup-agent"  # the node recommender's name in a VPA's spec.recommenders
 RESIZE_PENDING: Final = "PodResizePending"  # the kubelet's condition (reason Deferred or Infeasible), v1.33+
 
+Kept = tuple[str, tuple[ContainerTarget, ...]]  # (VPA key, the targets applied)
 OwnerKey = tuple[str, str, str]  # (namespace, kind, name)
 Owners = Mapping[OwnerKey, tuple[str, str]]  # an object -> its controller (kind, name)
 
@@ -143,9 +148,13 @@ class VPASource:
     ooms: dict[str, dict[str, tuple[float, int | None]]] = field(
         default_factory=dict
     )  # pod key -> container -> (when, local memory target)
+    reactor: Reactor = field(default_factory=Reactor)  # the floors of the reactions (agent.vpa.react)
     record: bool = False  # keep, per pod, the VPA and every container's clamped target (for `explain`)
     records: dict[str, tuple[VPA, tuple[ContainerTarget, ...]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.reactor.on_floors = self._persist
 
     def propose(self, raw: Mapping[str, Any]) -> Proposal | None:
         meta = raw.get("metadata")
@@ -172,7 +181,10 @@ class VPASource:
                 return self._proposal(kept, "kept from before the panic button") if kept else None
             usage = self.usage.get(pod.key, {}) if self.usage is not None else None
             vpa, oomed = self._after_local_oom(res.vpa, pod.key)
-            verdict = decide(pod, vpa, _age_s(raw, self.now()), oomed or _quick_oom(raw), self.opts, usage)
+            reaction = None
+            if not_actuated_because(vpa, self.opts) is None:
+                vpa, reaction = self._reactions(pod, raw, vpa, self.applied.get(pod.uid))
+            verdict = decide(pod, vpa, _age_s(raw, self.now()), oomed or _quick_oom(raw), self.opts, usage, reaction)
             if self.record:
                 self.records[pod.key] = (vpa, clamped_targets(pod, vpa))
             verdict = self._unless_blocked(pod.uid, verdict)
@@ -187,6 +199,10 @@ class VPASource:
                 if self.applied.get(pod.uid) != kept:
                     self.applied[pod.uid] = kept
                     self._persist()
+            elif reaction is not None and verdict.reason == SAME and kept:  # a decay back to the spec itself
+                kept = None
+                del self.applied[pod.uid]
+                self._persist()
             return self._proposal(kept, verdict.reason) if kept else None
 
     def _after_local_oom(self, vpa: VPA, key: str) -> tuple[VPA, bool]:
@@ -197,6 +213,24 @@ class VPASource:
                 if memory:
                     vpa = with_local_memory(vpa, container, memory)
         return vpa, bool(recent)
+
+    def _reactions(self, pod: PodView, raw: Mapping[str, Any], vpa: VPA, kept: Kept | None) -> tuple[VPA, str | None]:
+        """The pod's reaction floors under the VPA (an OOM the node's recommender saw counted first)."""
+        running = running_memory(pod, kept[1] if kept else ())
+        if self.reactor.oom:
+            for container, (at, _) in self.ooms.get(pod.key, {}).items():
+                self.reactor.oom_seen(pod, vpa, container, at, None, running.get(container))
+        peaks = self.usage.get(pod.key) if self.usage is not None else None
+        return self.reactor.overlay(pod, raw, vpa, self.now(), peaks, running)
+
+    def react_cpu(self, pod: PodView, reaction: Reaction) -> None:
+        """A CPU reaction of the loop that reads the CFS counters (agent.daemon.vpa_react)."""
+        with self._lock:
+            self.reactor.set_cpu(pod, reaction, self.now())
+
+    def floors_of(self, uid: str) -> dict[str, Floor]:
+        with self._lock:
+            return dict(self.reactor.floors.get(uid, {}))
 
     def _unless_blocked(self, uid: str, verdict: Verdict) -> Verdict:
         """The retry rule after a refused or put-off resize (agent.vpa.policy.retry_allowed)."""
@@ -274,18 +308,25 @@ class VPASource:
 
     def _persist(self) -> None:
         if self.on_state is not None:
-            self.on_state(ActuatorState(dict(self.applied), dict(self.blocked)))
+            floors = {u: dict(f) for u, f in self.reactor.floors.items() if f}
+            self.on_state(ActuatorState(dict(self.applied), dict(self.blocked), floors))
 
     def restore(self, state: ActuatorState) -> None:
         """What was kept before a restart (agent.vpa.applied)."""
         with self._lock:
             self.applied = dict(state.applied)
             self.blocked = dict(state.blocked)
+            self.reactor.floors = {u: dict(f) for u, f in state.floors.items()}
 
     def _verdict(self, pod: str, vpa: str, verdict: Verdict) -> None:
         if self.verdicts.get(pod) != (vpa, verdict) and self.on_verdict is not None:
             self.on_verdict(pod, vpa, verdict)
         self.verdicts[pod] = (vpa, verdict)
+
+    def acting_vpa(self, pod: PodView) -> VPA | None:
+        """The one VPA acted on for this pod now (opted in, a mode acted on, the panic button off), or None."""
+        vpa = resolve(pod.namespace, owner_chain(pod.namespace, pod.owner, self.owners), self.vpas).vpa
+        return vpa if vpa is not None and self.enabled and not_actuated_because(vpa, self.opts) is None else None
 
     def controlled(self, namespace: str, owner: tuple[str, str] | None) -> bool:
         """Whether exactly one VPA controls a pod with this controller (for the usage reader)."""
@@ -313,7 +354,7 @@ class VPASource:
                 self.verdicts.pop(key, None)
                 self.conflicts.pop(key, None)
                 self.ooms.pop(key, None)
-            if len(self.applied) + len(self.blocked) != had:
+            if self.reactor.prune(set(uids)) or len(self.applied) + len(self.blocked) != had:
                 self._persist()
             if self.usage is not None:
                 self.usage = {k: v for k, v in self.usage.items() if k in keys}

@@ -313,7 +313,10 @@ def test_every_shown_default_is_a_value_its_key_takes_and_gives_the_default_back
             if not m:
                 continue  # words: "unset", "the node's"
             key = row.key.removeprefix(section.prefix)
-            raw: dict[str, Any] = {key: yaml.safe_load(m.group(1))}
+            *inner, last = key.split(".")  # vpa.react.oom: a map within the section
+            raw: dict[str, Any] = {last: yaml.safe_load(m.group(1))}
+            for name in reversed(inner):
+                raw = {name: raw}
             path = section.prefix[:-1].split(".") if section.prefix else []  # recommender.prometheus: nested
             for name in reversed(path):
                 raw = {name: raw}

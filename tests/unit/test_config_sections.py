@@ -15,6 +15,9 @@ def test_vpa_keys() -> None:
     assert got == VPASettings(True, True, True, 3600.0, 0.2, 0.0)
     assert parse_vpa_settings(None) == VPASettings()
     assert parse_vpa_settings({"podLifetimeThreshold": 0}).pod_lifetime_s == 0.0  # zero allowed: at once
+    react = parse_vpa_settings({"react": {"cpuStarvation": False, "oom": True}})
+    assert (react.react_cpu_starvation, react.react_oom) == (False, True)
+    assert parse_vpa_settings({"react": {"oom": False}}).react_cpu_starvation is VPASettings().react_cpu_starvation
 
 
 def test_rollout_keys() -> None:
@@ -33,6 +36,9 @@ def test_rollout_keys() -> None:
         (parse_vpa_settings, {"podLifetimeThreshold": -1}, "vpa.podLifetimeThreshold: -1 is not a duration like 12h"),
         (parse_vpa_settings, {"podLifetimeThreshold": True}, "vpa.podLifetimeThreshold: True is not a duration like 12h"),
         (parse_vpa_settings, {"minChange": 11}, "vpa.minChange: 11 is not a fraction like 0.1"),
+        (parse_vpa_settings, {"react": True}, "vpa.react: must be a map like {cpuStarvation: true, oom: true}"),
+        (parse_vpa_settings, {"react": {"oom": "on"}}, "vpa.react: oom: 'on' is not true or false"),
+        (parse_vpa_settings, {"react": {"memory": True}}, "vpa.react: unknown setting 'memory' (known: cpuStarvation, oom)"),
         (parse_vpa_settings, {"nope": 1, "enabled": 1},
          "vpa.nope: unknown setting; vpa.enabled: 1 is not true or false"),  # every problem at once
         (parse_rollout_settings, "x", "rollout must be a map of settings"),

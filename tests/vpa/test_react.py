@@ -3,6 +3,7 @@ OOM bump, a kill told twice, the cap; and, as properties over any throttling tra
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -181,9 +182,9 @@ def test_no_trace_makes_it_oscillate(trace: list[float], cap: int | None) -> Non
             continue
         changes.append((float(i), r.kind, state.hold_s))
         request = r.floor if r.floor is not None else 500
-    for (t1, _, _), (t2, _, _) in zip(changes, changes[1:], strict=False):
+    for (t1, _, _), (t2, _, _) in itertools.pairwise(changes):
         assert t2 - t1 >= RATE_LIMIT_S
-    for (t1, k1, _), (t2, k2, hold) in zip(changes, changes[1:], strict=False):
+    for (t1, k1, _), (t2, k2, hold) in itertools.pairwise(changes):
         if k2 is Kind.CPU_RESTORED:
             assert t2 - t1 >= min(hold, HOLD_S)  # at least the hold in force after a change
         if k1 is Kind.CPU_RESTORED and k2 is Kind.CPU_RAISED:
