@@ -56,6 +56,7 @@ ELSEWHERE: tuple[Elsewhere, ...] = (
     Elsewhere("resize_latency", 11, "figure 11", "make e2e-k8s"),
     Elsewhere("scale", 12, "figure 12", "make scale"),
     Elsewhere("image_start", 13, "figure 13", "make image; python -m bench.image_start"),
+    Elsewhere("vpa_react", 14, "figure 14", "python -m bench.vpa_react"),
     Elsewhere(
         "prepull",
         10,

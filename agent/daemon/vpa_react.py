@@ -2,23 +2,28 @@
 `nr_periods`, `nr_throttled`) and the CPU time used (v1 `cpuacct.usage`, v2 `cpu.stat` `usage_usec`) of the running containers with a CPU limit whose pod a VPA acts on here, one
 read pass; each reading stepped through the rule; a floor that moved goes to the VPA source and its pod is
 decided at once. Read-only, confined to the kubepods subtrees; a node with no such container reads nothing.
+Each container's two files stay open between passes and are read with pread (`cgroupfs.pinned`, as the
+recommender's sampler reads): walking and checking their paths again each second was most of the cost.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
 from typing import Final
 
-from agent.core.model import PodView, Resources
+from agent.core.model import ContainerView, PodView, Resources
 from agent.daemon.components import DaemonContext
 from agent.infra.logging import get_logger
 from agent.recommender.counters import field_bytes, int_bytes
-from agent.recommender.sampler import reader_for, targets
+from agent.recommender.sampler import Target, reader_for, targets
 from agent.vpa.floors import caps
+from agent.vpa.model import ContainerPolicy
 from agent.vpa.react import CpuState, Reading, step_cpu
 from agent.vpa.source import VPASource
+from cgroupfs.pinned import Group, PinnedFiles, pinned_reader
 
 log = get_logger("agent.daemon.vpa")
 
@@ -28,17 +33,16 @@ THROTTLED: Final = b"\nnr_throttled "
 USAGE_USEC: Final = b"\nusage_usec "
 
 
-def cfs_reading(stat: str | None, cpuacct: str | None, at: float) -> Reading | None:
+def cfs_reading(data: bytes | None, cpuacct: bytes | None, at: float) -> Reading | None:
     """`cpu.stat` (v1 and v2 name the CFS counters alike) and, on v1, `cpuacct.usage` as a reading; None
     without the CFS counters (no limit ever set, a cgroup gone)."""
-    if stat is None:
+    if data is None:
         return None
-    data = stat.encode()
     periods, throttled = field_bytes(data, PERIODS), field_bytes(data, THROTTLED)
     if periods is None or throttled is None:
         return None
     if cpuacct is not None:
-        usage = int_bytes(cpuacct.encode())
+        usage = int_bytes(cpuacct)
     else:
         usec = field_bytes(data, USAGE_USEC)
         usage = None if usec is None else usec * 1000
@@ -55,21 +59,30 @@ class StarvationLoop:
         env = ctx.env
         self.root, self.driver, self.hierarchy = env.settings.cgroup_root_name, env.settings.cgroup_driver, env.hierarchy
         self.reader = reader_for(ctx.settings.cgroupfs, self.root, self.driver, self.hierarchy)
+        self.pinned: PinnedFiles | None = None
         self.states: dict[tuple[str, str], CpuState] = {}
+        self.groups: dict[tuple[tuple[str, str], ...], Group] = {}  # a container's files (its ID in them) -> open
+        self._made: dict[tuple[str, tuple[str | None, ...]], list[Target]] = {}
 
     def tick(self, now: float) -> list[str]:
         """One read pass; the UIDs of the pods whose floors moved (decided again by the caller)."""
         acted = {p.uid: (p, vpa) for p in self.ctx.pods() if (vpa := self.source.acting_vpa(p)) is not None}
         pods: dict[str, PodView] = {p.key: p for p, _ in acted.values()}
-        wanted = [t for t in targets(list(pods.values()), self.root, self.driver, self.hierarchy) if t.cpu_limit_cores]
-        files = {(t.pod, t.container): (dict(t.files).get("cpu.stat"), dict(t.files).get("cpuacct.usage")) for t in wanted}
-        texts, _ = self.reader.read_many([p for pair in files.values() for p in pair if p is not None])
-        free = self.free() if wanted else None
+        wanted = [t for p in pods.values() for t in self._targets(p) if t.cpu_limit_cores]
+        if self.pinned is None:
+            self.pinned = pinned_reader(self.reader, lambda message: log.warning("vpa.react_descriptors", message=message))
         moved: list[str] = []
         seen: set[tuple[str, str]] = set()
-        for (key, name), (stat, cpuacct) in files.items():
-            pod = pods[key]
-            reading = cfs_reading(texts.get(stat) if stat else None, texts.get(cpuacct) if cpuacct else None, now)
+        opened: set[tuple[tuple[str, str], ...]] = set()
+        for t in wanted:
+            pod, name = pods[t.pod], t.container
+            group = self.groups.get(t.files)
+            if group is None:
+                paths = dict(t.files)
+                group = self.groups[t.files] = tuple(p for n in ("cpu.stat", "cpuacct.usage") if (p := paths.get(n)))
+            opened.add(t.files)
+            texts = self.pinned.read(group)
+            reading = cfs_reading(texts[0] if texts else None, texts[1] if len(texts) > 1 else None, now)
             container = next((c for c in pod.containers if c.name == name), None)
             if reading is None or container is None:
                 continue  # an init container, or a cgroup gone since the pass began
@@ -82,16 +95,42 @@ class StarvationLoop:
                     state = CpuState(floor=kept.cpu_milli, limit_before=kept.cpu_limit_before, changed_at=now)
                 else:
                     state = CpuState()
-            cap = caps(container, vpa.policy_for(name), free).cpu_milli
+            cap = functools.partial(self._cap, container, vpa.policy_for(name))
             state, reaction = step_cpu(state, reading, container.requests.cpu_milli, container.limits.cpu_milli, cap, name)
             self.states[(pod.uid, name)] = state
             if reaction is not None:
                 self.source.react_cpu(pod, reaction)
                 moved.append(pod.uid)
         self.states = {k: v for k, v in self.states.items() if k in seen}
+        for gone in [k for k in self.groups if k not in opened]:
+            self.pinned.forget(self.groups.pop(gone))
+        if len(self._made) > 2 * len(pods) + 16:  # pods gone, containers restarted: keep what is current
+            live = {p.uid for p in pods.values()}
+            self._made = {k: v for k, v in self._made.items() if k[0] in live}
         return moved
 
+    def _cap(self, container: ContainerView, policy: ContainerPolicy | None) -> int | None:
+        return caps(container, policy, self.free()).cpu_milli
+
+    def _targets(self, pod: PodView) -> list[Target]:
+        """The pod's running containers' files, made again only when its containers changed."""
+        key = (pod.uid, tuple(s.container_id for s in pod.statuses if s.running))
+        found = self._made.get(key)
+        if found is None:
+            found = self._made[key] = targets([pod], self.root, self.driver, self.hierarchy)
+        return found
+
+    def close(self) -> None:
+        if self.pinned is not None:
+            self.pinned.close()
+
     def run(self, stop: threading.Event) -> None:
+        try:
+            self._run(stop)
+        finally:
+            self.close()
+
+    def _run(self, stop: threading.Event) -> None:
         while not stop.wait(READ_EVERY_S):
             try:
                 moved = self.tick(time.time())

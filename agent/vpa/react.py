@@ -33,7 +33,9 @@ by themselves, one bump per restart that actually ran with the bump, up to the c
 from __future__ import annotations
 
 import enum
+import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -118,17 +120,17 @@ def use_milli(window: tuple[Reading, ...]) -> float | None:
     window is not averaged away), or None when not known."""
     rates = [
         (b.usage_ns - a.usage_ns) / 1e6 / (b.at - a.at)
-        for a, b in zip(window, window[1:], strict=False)
+        for a, b in itertools.pairwise(window)
         if a.usage_ns is not None and b.usage_ns is not None and b.at > a.at
     ]
     return max(rates) if rates else None
 
 
-def _calm(state: CpuState, fraction: float) -> bool:
+def _calm(window: tuple[Reading, ...], limit_before: int | None, fraction: float) -> bool:
     if fraction > THROTTLE_LOW:
         return False
-    use = use_milli(state.window)
-    return use is None or state.limit_before is None or use <= USE_LOW * state.limit_before
+    use = use_milli(window)
+    return use is None or limit_before is None or use <= USE_LOW * limit_before
 
 
 def _window(state: CpuState, r: Reading) -> tuple[Reading, ...]:
@@ -147,37 +149,43 @@ def _window(state: CpuState, r: Reading) -> tuple[Reading, ...]:
 
 
 def step_cpu(
-    state: CpuState, reading: Reading, request: int | None, limit: int | None, cap: int | None, container: str
+    state: CpuState,
+    reading: Reading,
+    request: int | None,
+    limit: int | None,
+    cap: Callable[[], int | None],
+    container: str,
 ) -> tuple[CpuState, Reaction | None]:
     """One reading of one container: its new state, and the reaction when its floor changed.
     `request`, `limit`: its CPU request and limit now (millicores); `cap`: the highest request allowed
-    (None: none)."""
+    (None: none), asked only when a raise is due."""
     now = reading.at
-    state = replace(state, window=_window(state, reading))
-    fraction = throttled_fraction(state.window)
+    window = _window(state, reading)
+    fraction = throttled_fraction(window)
     if fraction is None:
-        return state, None
-    if _calm(state, fraction):
+        return replace(state, window=window), None
+    if _calm(window, state.limit_before, fraction):
         calm_since = now if state.calm_since is None else state.calm_since
-        state = replace(state, calm_since=calm_since)
         if state.floor is not None and now - calm_since >= state.hold_s and now - state.changed_at >= RATE_LIMIT_S:
             why = f"calm for {now - calm_since:.0f}s (≤ {THROTTLE_LOW:.0%} of periods throttled" + (
                 f", using ≤ {USE_LOW:.0%} of the {state.limit_before}m limit it had)" if state.limit_before else ")")
-            state = replace(state, floor=None, limit_before=None, changed_at=now, decayed_at=now, at_cap_said=False)
+            state = replace(state, window=window, calm_since=calm_since, floor=None, limit_before=None, changed_at=now,
+                            decayed_at=now, at_cap_said=False)
             return state, Reaction(Kind.CPU_RESTORED, container, None, why)
-        return state, None
-    state = replace(state, calm_since=None)
+        return replace(state, window=window, calm_since=calm_since), None
+    state = replace(state, window=window, calm_since=None)
     if fraction < THROTTLE_HIGH or now - state.changed_at < RATE_LIMIT_S:
         return state, None
     base = max(request or 0, state.floor or 0)
     if base <= 0:
         return state, None  # no CPU request to scale (BestEffort-like): nothing VPA would raise
     wanted = base * RAISE_FACTOR
-    new = wanted if cap is None else min(wanted, cap)
+    most = cap()
+    new = wanted if most is None else min(wanted, most)
     if new <= base:
         if state.at_cap_said:
             return state, None
-        why = f"{fraction:.0%} of CFS periods throttled over {WINDOW_S:g}s, the request {base}m is at its maximum {cap}m"
+        why = f"{fraction:.0%} of CFS periods throttled over {WINDOW_S:g}s, the request {base}m is at its maximum {most}m"
         return replace(state, at_cap_said=True), Reaction(Kind.CPU_AT_CAP, container, state.floor, why)
     hold = min(state.hold_s * 2, MAX_HOLD_S) if now - state.decayed_at < 2 * state.hold_s else state.hold_s
     why = f"{fraction:.0%} of CFS periods throttled over {WINDOW_S:g}s: request {base}m → {new}m"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.sections import agent_time, cluster, daemon_runs, image, on_host
+from bench.sections import agent_time, cluster, daemon_runs, image, on_host, reactions
 from bench.sections.units import load, meta, ms
 
 
@@ -93,4 +93,5 @@ def in_order(results: Path) -> list[tuple[str, Render]]:
         ("resize_latency", cluster.resize_latency),
         ("scale", lambda d: _scale(d, results)),
         ("image_start", image.image_start),
+        ("vpa_react", reactions.vpa_react),
     ]

@@ -44,7 +44,7 @@ def run(demand: list[float], request: int = 500, cap: int | None = None, state: 
         periods += PERIODS_A_SECOND
         throttled += PERIODS_A_SECOND if d > 2 * request else 0
         used += int(min(d, 2 * request) * 1e6)  # ns in a second
-        state, reaction = step_cpu(state, Reading(start + i, periods, throttled, used), request, 2 * request, cap, "app")
+        state, reaction = step_cpu(state, Reading(start + i, periods, throttled, used), request, 2 * request, lambda: cap, "app")
         if reaction is not None:
             out.append((start + i, reaction))
             if reaction.kind in (Kind.CPU_RAISED, Kind.CPU_RESTORED):
@@ -81,7 +81,7 @@ def test_a_starved_container_is_raised_within_seconds_and_stays_raised_through_s
 def test_throttling_between_low_and_high_neither_raises_nor_counts_as_calm() -> None:
     state = CpuState(floor=1000, limit_before=1000, calm_since=900.0, changed_at=0.0)
     for i in range(5):  # 1 period in 10 throttled: 10 %
-        state, r = step_cpu(state, Reading(1000.0 + i, 10 * i, i), 1000, 2000, None, "app")
+        state, r = step_cpu(state, Reading(1000.0 + i, 10 * i, i), 1000, 2000, lambda: None, "app")
         assert r is None
     assert state.calm_since is None and state.floor == 1000
 
@@ -120,7 +120,7 @@ def test_the_raise_is_capped_and_a_cap_is_said_once(cpu_request: int, cap: int |
 
 def test_a_restarted_container_starts_a_new_window() -> None:
     state, _ = run([0.0] * 5)
-    state, r = step_cpu(state, Reading(1010, 3, 3), 500, 1000, None, "app")  # counters went back: new cgroup
+    state, r = step_cpu(state, Reading(1010, 3, 3), 500, 1000, lambda: None, "app")  # counters went back: new cgroup
     assert r is None and state.window == (Reading(1010, 3, 3),)
 
 
@@ -173,7 +173,7 @@ def test_no_trace_makes_it_oscillate(trace: list[float], cap: int | None) -> Non
     for i, f in enumerate(trace):
         periods += PERIODS_A_SECOND
         throttled += round(f * PERIODS_A_SECOND)
-        state, r = step_cpu(state, Reading(float(i), periods, throttled), request, 2 * request, cap, "app")
+        state, r = step_cpu(state, Reading(float(i), periods, throttled), request, 2 * request, lambda: cap, "app")
         assert state.hold_s >= holds[-1] and state.hold_s <= MAX_HOLD_S
         holds.append(state.hold_s)
         if state.floor is not None and cap is not None:

@@ -98,4 +98,4 @@ def test_a_throttled_container_is_raised_through_the_source(
     ],
 )
 def test_reading_the_cfs_counters(stat: str | None, cpuacct: str | None, reading: Reading | None) -> None:
-    assert cfs_reading(stat, cpuacct, 1.0) == reading
+    assert cfs_reading(stat.encode() if stat else None, cpuacct.encode() if cpuacct else None, 1.0) == reading
