@@ -4,7 +4,8 @@ Why a model of its own: the agent reads VPAs from the API (raw JSON: the kuberne
 for a CRD) and must never act on a half-understood object, so every field it uses is checked here once
 and a bad VPA becomes one `VPAParseError` naming the VPA and the field (agent.vpa.parse). Field names and defaults are
 VPA's (pkg/apis/autoscaling.k8s.io/v1/types.go): updateMode defaults to Recreate, controlledResources to
-[cpu, memory], controlledValues to RequestsAndLimits, a container policy's mode to Auto.
+[cpu, memory], controlledValues to RequestsAndLimits, a container policy's mode to Auto. The pod-level
+policy and recommendation are AEP-7571's (kubernetes/autoscaler PR #9988, not merged: docs/vpa-pod-level.md).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from agent.core.model import EMPTY, Resources
 from agent.infra.errors import PermanentError
 
 ACTUATOR_ANNOTATION: Final = "kube-cgroup-agent.io/vpa-actuator"  # value "node": the agent may actuate it
+# AEP-7571's pod-level policy and recommendation where the VPA CRD cannot hold them yet (docs/vpa-pod-level.md)
+POD_POLICY_ANNOTATION: Final = "kube-cgroup-agent.io/vpa-pod-policy"
+POD_RECOMMENDATION_ANNOTATION: Final = "kube-cgroup-agent.io/vpa-pod-recommendation"
 WILDCARD: Final = "*"
 
 
@@ -32,6 +36,13 @@ class UpdateMode(enum.StrEnum):
 class ControlledValues(enum.StrEnum):
     REQUESTS_AND_LIMITS = "RequestsAndLimits"
     REQUESTS_ONLY = "RequestsOnly"
+
+
+class PodScalingMode(enum.StrEnum):
+    """AEP-7571's podPolicy.mode."""
+
+    AUTO = "Auto"
+    OFF = "Off"
 
 
 class VPAParseError(PermanentError, ValueError):
@@ -59,6 +70,32 @@ class Recommendation:
 
 
 @dataclass(frozen=True, slots=True)
+class PodPolicy:
+    """AEP-7571's `spec.resourcePolicy.podPolicy` (or the same object in POD_POLICY_ANNOTATION, where the
+    CRD lacks the field): how the pod-level resources are sized. `mode` None: not stated (the node
+    actuator then sizes a pod that sets pod-level resources, the VPA's opt-in being explicit)."""
+
+    mode: PodScalingMode | None = None
+    min_allowed: Resources = EMPTY
+    max_allowed: Resources = EMPTY
+    controlled: frozenset[str] = frozenset({"cpu", "memory"})
+    values: ControlledValues = ControlledValues.REQUESTS_AND_LIMITS
+    source: str = "spec"  # "spec" or "annotation"
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecommendation:
+    """AEP-7571's `status.recommendation.podRecommendations` (or POD_RECOMMENDATION_ANNOTATION); `source`
+    "containers" when summed from the containers' recommendations (agent.vpa.podlevel)."""
+
+    target: Resources
+    lower: Resources = EMPTY
+    upper: Resources = EMPTY
+    uncapped: Resources = EMPTY
+    source: str = "status"  # "status", "annotation" or "containers"
+
+
+@dataclass(frozen=True, slots=True)
 class VPA:
     namespace: str
     name: str
@@ -69,6 +106,8 @@ class VPA:
     recommenders: tuple[str, ...] = ()
     policies: tuple[ContainerPolicy, ...] = ()
     recommendations: tuple[Recommendation, ...] = ()
+    pod_policy: PodPolicy | None = None
+    pod_recommendation: PodRecommendation | None = None
 
     @property
     def key(self) -> str:
