@@ -216,6 +216,11 @@ def _priority(pod: PodView, vpa: VPA) -> tuple[bool, float]:
     return outside, diff
 
 
+def update_priority(pod: PodView, vpa: VPA) -> tuple[bool, float]:
+    """_priority for agent.vpa.podlevel_decide, over the containers it is given."""
+    return _priority(pod, vpa)
+
+
 def decide(
     pod: PodView,
     vpa: VPA,
