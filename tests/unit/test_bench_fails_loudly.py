@@ -78,4 +78,4 @@ def test_an_unknown_figure_exits_2_listing_the_names(stand_ins: Path, capsys: py
 def test_the_real_registry_lists_each_figure_once() -> None:
     numbers = [f.number for f in figures.FIGURES] + [e.number for e in figures.ELSEWHERE]
     assert len(set(figures.names())) == len(figures.FIGURES)
-    assert set(numbers) == set(range(1, 14))
+    assert set(numbers) == set(range(1, 15))
