@@ -123,6 +123,16 @@ class RecommenderComponent:
             self._thread.join(timeout_s)
 
 
+def _count_load(context: DaemonContext, outcome: str, found: int, asked: int) -> None:
+    metrics = context.metrics
+    metrics.history_loads.labels(outcome).inc()
+    if outcome == "failed":
+        metrics.history_containers.labels("failed").inc(asked)
+        return
+    metrics.history_containers.labels("found").inc(found)
+    metrics.history_containers.labels("missing").inc(asked - found)
+
+
 def recommender_component(context: DaemonContext) -> Component | None:
     settings = context.settings
     if not settings.recommender.enabled:
@@ -147,6 +157,7 @@ def recommender_component(context: DaemonContext) -> Component | None:
                               lambda: (context.vpas or read)())
     history = loader_for(settings.recommender)
     if history is not None:
+        history.on_load = lambda outcome, found, asked: _count_load(context, outcome, found, asked)
         log.info("recommender.prometheus", address=history.prom.address,
                  history_length_s=history.prom.history_length_s, resolution_s=history.prom.history_resolution_s)
     return RecommenderComponent(context, state, sampler, path, publisher=publisher, history=history)

@@ -100,6 +100,17 @@ class Metrics(BaseMetrics):
         self.vpa_resizes = Counter(
             f"{PREFIX}_vpa_resizes_total", "VPA-driven resizes by outcome: sent (pods/resize), error, done (the agent's engine), infeasible, deferred.", ["outcome"], registry=r
         )
+        self.history_loads = Counter(
+            f"{PREFIX}_recommender_history_loads_total",
+            "Loads of containers' history from Prometheus (recommender.prometheus), by outcome: loaded (answered; "
+            "some containers may have had no series), failed (down, slow, refused, garbage, too large: one log line).",
+            ["outcome"], registry=r,
+        )
+        self.history_containers = Counter(
+            f"{PREFIX}_recommender_history_containers_total",
+            "Containers whose history was asked of Prometheus, by outcome: found, missing (no series), failed.",
+            ["outcome"], registry=r,
+        )
         self.vpa_reactions = Counter(
             f"{PREFIX}_vpa_reactions_total",
             "Reactions in place (vpa.react) by what they did: cpu_raised, cpu_restored, cpu_at_cap, oom_bumped, oom_at_cap.",

@@ -217,6 +217,8 @@ class HistoryLoader:
     model: RecommenderSettings
     fetch: Fetch
     monotonic: Callable[[], float] = time.monotonic
+    # (batch outcome "loaded" or "failed", containers found with a history, containers asked): the metrics
+    on_load: Callable[[str, int, int], None] | None = None
     _pending: dict[Key, _Batch] = field(default_factory=dict)
     _held: dict[Key, list[Sample]] = field(default_factory=dict)
     _tried: set[Key] = field(default_factory=set)
@@ -323,6 +325,8 @@ class HistoryLoader:
                 observed += 1
             self._pending.pop(key, None)
             self._tried.add(key)
+        if self.on_load is not None:
+            self.on_load("loaded" if batch.loaded is not None else "failed", len(found), len(batch.keys))
         if batch.loaded is not None:
             log.info("recommender.prometheus_history", containers=len(batch.keys), found=len(found),
                      series=batch.loaded.series, bytes=batch.loaded.bytes)

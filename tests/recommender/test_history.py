@@ -204,7 +204,9 @@ def test_a_prometheus_that_fails_gives_one_line_and_the_nodes_own_history(
             s.bind(("127.0.0.1", 0))
             address = f"http://127.0.0.1:{s.getsockname()[1]}"
     model = _settings(address, timeout_s=0.3 if mode in ("slow", "drip") else 5.0)
-    loader = HistoryLoader(model.prometheus, model, http_fetch(address, MAX_BYTES))
+    loads: list[tuple[str, int, int]] = []
+    loader = HistoryLoader(model.prometheus, model, http_fetch(address, MAX_BYTES),
+                           on_load=lambda *told: loads.append(told))
     state = RecommenderState(model)
     other: Key = ("shop/api", "sidecar")  # a container with a history already: never asked about
     state.observe(Sample(NOW - 60, *other, cpu=0.1))
@@ -216,6 +218,7 @@ def test_a_prometheus_that_fails_gives_one_line_and_the_nodes_own_history(
     assert line["event"] == "recommender.prometheus_history_failed" and line["containers"] == 1
     assert str(line["error"]).startswith(reason), line
     assert line["address"] == address
+    assert loads == [("failed", 0, 1)]  # the metrics' count: one failed load of one container
     want = RecommenderState(model)
     want.observe_all(LOCAL)
     assert state.histories[KEY].to_dict() == want.histories[KEY].to_dict()  # the node's own, as without Prometheus
@@ -330,6 +333,10 @@ def test_the_daemons_recommender_loads_a_new_containers_history(
     h = comp.state.histories[KEY]
     assert h.samples == len(CPU) + 1  # 49 hours from Prometheus, then the node's own rate
     assert h.first_sample == CPU[0][0] and h.last_sample == NOW + 2.0
+    metrics = comp.context.metrics
+    assert metrics.history_loads.labels("loaded")._value.get() == 1
+    assert metrics.history_containers.labels("found")._value.get() == 1
+    assert metrics.history_containers.labels("missing")._value.get() == 0
     comp.history.close()
 
 
