@@ -43,6 +43,7 @@ from agent.vpa.config import PANIC_LABEL
 from agent.vpa.floors import free_allocatable
 from agent.vpa.model import VPA, VPAParseError
 from agent.vpa.parse import parse_vpa
+from agent.vpa.podlevel import pod_bounds
 from agent.vpa.podlevel_source import split
 from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock, api_resources
 from agent.vpa.react import EVENT_REASONS, Kind, Reaction
@@ -350,6 +351,9 @@ def vpa_component(ctx: DaemonContext) -> Component | None:
     if warning:
         log.warning("vpa.state", message=warning)
     source.restore(kept if not via_api else ActuatorState(blocked=kept.blocked, floors=kept.floors))
+    if ctx.limit_ranges is not None:  # LimitRange type Pod caps the pod level (agent.daemon.limitranges reads them)
+        ranges = ctx.limit_ranges
+        source.pod_bounds = lambda namespace: pod_bounds(ranges.of(namespace))
     ctx.sources.append(source)
     ctx.metrics.vpa_enabled.set(1)
     component = VPAComponent(ctx, source, via_api)

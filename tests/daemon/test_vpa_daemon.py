@@ -325,3 +325,21 @@ def test_a_pod_level_memory_decrease_stops_at_the_pod_cgroups_working_set(env: E
     assert env.cri.service.calls_of("StopContainer") == []
     _never_evicted(env)
     assert daemon.terminate() == 0
+
+
+def test_a_limitrange_of_type_pod_caps_the_pod_level_target(env: Env) -> None:
+    """Bare node. Summed cpu 600m + 200m = 800m, limit 1600m in the pod's ratio 2; the namespace's
+    LimitRange type Pod has max cpu 1: the request whose proportional limit is 1 core, 500m, limit 1."""
+    _cluster(env)
+    env.cluster.put("", "v1", "limitranges", {"metadata": {"name": "pods", "namespace": "default"},
+                                              "spec": {"limits": [{"type": "Pod", "max": {"cpu": "1"}}]}})
+    env.node.add_pod(_pod_level())
+    env.publish("web-6d4f-x")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _recs(("app", "600m", "300Mi", "500m", "250Mi", "1", "400Mi"),
+                                    ("side", "200m", "100Mi", "150m", "80Mi", "400m", "200Mi")))
+    quota = env.node.pod_path("web-6d4f-x", "cpu.cfs_quota_us")
+    wait_for(lambda: env.node.read(quota) == "100000", "the pod-level CPU limit capped at the LimitRange's max")
+    assert env.node.read(env.node.pod_path("web-6d4f-x", "cpu.shares")) == "512"  # 500m
+    assert daemon.terminate() == 0
