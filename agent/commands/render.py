@@ -14,6 +14,8 @@ from cgroupfs.convert import hugepage_size_name
 if TYPE_CHECKING:  # `diff` renders without loading the planner, the resize engine or VPA
     from agent.core.plan import Plan
     from agent.resize.types import ResizeStatus
+    from agent.vpa.model import VPA
+    from agent.vpa.podlevel_source import PodLevelRecord
     from agent.vpa.source import VPASource
 
 
@@ -315,7 +317,7 @@ def explain_vpa(key: str, uid: str, src: VPASource) -> list[str]:
         if verdict is not None:  # decided without a recommendation to show (panic button)
             return [f"  VPA {verdict[0]}: not applied — {verdict[1].reason}"]
         return ["  VPA: none controls this pod" + (f" (a target of VPA {kept[0]} stays applied)" if kept else "")]
-    vpa, targets = record
+    vpa, targets, pod_level = record
     actuator = "opted in" if vpa.opted_in else "not opted in (annotation kube-cgroup-agent.io/vpa-actuator: node)"
     lines = [
         f"  VPA {vpa.key}: targetRef {vpa.target_kind}/{vpa.target_name}, updateMode {vpa.mode.value}, {actuator}"
@@ -338,16 +340,46 @@ def explain_vpa(key: str, uid: str, src: VPASource) -> list[str]:
         t = by_name.get(rec.container)
         if t is not None:
             lines.append(f"      clamped target: requests {_res(t.requests)}; limits {_res(t.limits)}")
+        elif pod_level is not None:
+            lines.append("      counted in the pod level only (no resources of its own, or not in the pod)")
         else:
             lines.append("      no such container in the pod")
+    if pod_level is not None:
+        lines.extend(_pod_level_lines(vpa, pod_level))
     decision = verdict[1]
     lines.append(f"    decision: {'applied' if decision.apply else 'not applied'} — {decision.reason}")
     lines.extend(f"    held: {h}" for h in decision.held)
+    lines.extend(f"    restarts (resizePolicy RestartContainer): {r}" for r in decision.restarts)
     kept = src.applied.get(uid)
     if kept is not None and not decision.apply:
         lines.append("    applied before and kept: " + "; ".join(
-            f"{t.container} requests {_res(t.requests)}, limits {_res(t.limits)}" for t in kept[1]))
+            f"{t.container or 'pod level'} requests {_res(t.requests)}, limits {_res(t.limits)}" for t in kept[1]))
     blocked = src.blocked.get(uid)
     if blocked is not None:
         lines.append(f"    last resize: {blocked.state.value}" + (f" ({blocked.message})" if blocked.message else ""))
+    return lines
+
+
+def _pod_level_lines(vpa: VPA, rec: PodLevelRecord) -> list[str]:
+    """The pod-level part of `explain` (docs/vpa-pod-level.md): the recommendation and where it comes
+    from, the podPolicy and LimitRange type Pod it is capped by, and the `spec.resources` it makes."""
+    raw = rec.recommendation
+    if raw is None:
+        return ["    pod level: no recommendation yet"]
+    origin = "summed from the containers'" if raw.source == "containers" else f"podRecommendations ({raw.source})"
+    lines = [f"    pod level: recommended {_res(raw.target)} (lower {_res(raw.lower)}; upper {_res(raw.upper)}), {origin}"]
+    p = vpa.pod_policy
+    if p is not None:
+        lines.append(
+            f"      podPolicy ({p.source}): mode {p.mode.value if p.mode else 'not stated'}; minAllowed {_res(p.min_allowed)}; "
+            f"maxAllowed {_res(p.max_allowed)}; controls {', '.join(sorted(p.controlled))}; {p.values.value}"
+        )
+    bounds = rec.bounds
+    lines.append(f"      LimitRange type Pod: min {_res(bounds.min)}; max {_res(bounds.max)}" if bounds else "      LimitRange type Pod: none")
+    if rec.capped is not None:
+        capped = rec.capped
+        lines.append(f"      capped: {_res(capped.target)} (lower {_res(capped.lower)}; upper {_res(capped.upper)})"
+                     + (f" — {'; '.join(rec.notes)}" if rec.notes else ""))
+    if rec.target is not None:
+        lines.append(f"      target spec.resources: requests {_res(rec.target.requests)}; limits {_res(rec.target.limits)}")
     return lines

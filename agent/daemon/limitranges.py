@@ -1,8 +1,9 @@
 """The namespaces' LimitRanges beside the pod loop, bounding the resize and pod-level annotations
-(agent.pods.sources.limitrange).
+(agent.pods.sources.limitrange) and, where the VPA component runs, capping the pod-level values VPA
+gives a pod that sets them (LimitRange type Pod: agent.vpa.podlevel.pod_bounds).
 
-Only the namespaces this node needs are read: those of its pods that carry an annotation, where
-annotations are honoured (`annotationNamespaces`), one list/watch of `limitranges` per namespace
+Only the namespaces this node needs are read: those of its pods that carry an annotation or (VPA on) set
+pod-level resources, where annotations are honoured (`annotationNamespaces`), one list/watch of `limitranges` per namespace
 (agent.daemon.scope), added when such a pod arrives and stopped when the last one leaves. A node never
 receives the LimitRanges of namespaces it has no annotated pod in, however many the cluster holds.
 
@@ -41,12 +42,18 @@ def annotated(raw: Mapping[str, Any]) -> bool:
     return isinstance(annotations, Mapping) and any(a in annotations for a in ANNOTATIONS)
 
 
-def needed(raws: Iterable[Mapping[str, Any]], allowed: frozenset[str] | None) -> frozenset[str]:
-    """The namespaces whose LimitRanges the node needs: those of its annotated pods, where annotations are
-    honoured (`allowed`; None: everywhere). Pure."""
+def pod_level(raw: Mapping[str, Any]) -> bool:
+    """The pod sets pod-level resources (`spec.resources`): a VPA sizes them within LimitRange type Pod."""
+    spec = raw.get("spec")
+    return isinstance(spec, Mapping) and spec.get("resources") is not None
+
+
+def needed(raws: Iterable[Mapping[str, Any]], allowed: frozenset[str] | None, vpa: bool = False) -> frozenset[str]:
+    """The namespaces whose LimitRanges the node needs: those of its annotated pods and (`vpa`) of its pods
+    that set pod-level resources, where annotations are honoured (`allowed`; None: everywhere). Pure."""
     out = set()
     for raw in raws:
-        if annotated(raw):
+        if annotated(raw) or (vpa and pod_level(raw)):
             ns = str((raw.get("metadata") or {}).get("namespace") or "default")
             if allowed is None or ns in allowed:
                 out.add(ns)
@@ -92,8 +99,9 @@ class LimitRangeComponent:
         self.watches.close(timeout_s)
 
     def scope(self, raws: Iterable[Mapping[str, Any]]) -> None:
-        """Watch the LimitRanges of the namespaces the node's annotated pods are in, and only those."""
-        namespaces = needed(raws, self.ranges.namespaces)
+        """Watch the LimitRanges of the namespaces the node's annotated (or, VPA on, pod-level) pods are in,
+        and only those."""
+        namespaces = needed(raws, self.ranges.namespaces, self.ctx.vpas is not None)
         self.watches.want({ns: WatchSpec(path("v1", "limitranges", ns)) for ns in namespaces})
 
     def wait_first(self, stop: threading.Event, pods: list[Mapping[str, Any]]) -> None:
@@ -143,11 +151,13 @@ class LimitRangeComponent:
             self._refresh(changed)
 
     def _refresh(self, namespaces: frozenset[str] | None) -> None:
-        """Derive again the pods carrying an annotation in `namespaces` (None: every namespace)."""
+        """Derive again the pods carrying an annotation (or, VPA on, setting pod-level resources) in
+        `namespaces` (None: every namespace)."""
         uids = []
+        vpa = self.ctx.vpas is not None
         for raw in self.ctx.raw_pods():
             meta = raw.get("metadata") or {}
-            if annotated(raw) and (namespaces is None or (meta.get("namespace") or "default") in namespaces):
+            if (annotated(raw) or (vpa and pod_level(raw))) and (namespaces is None or (meta.get("namespace") or "default") in namespaces):
                 uids.append(str(meta.get("uid") or ""))
         if uids:
             self.ctx.refresh(uids)

@@ -21,6 +21,7 @@ import json
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
 from agent.core.model import Resources
@@ -29,6 +30,7 @@ from agent.daemon.components import Component, DaemonContext
 from agent.daemon.objects import ObjectCache, Threads
 from agent.daemon.scope import ScopedWatches, WatchSpec
 from agent.daemon.vpa_react import StarvationLoop
+from agent.daemon.vpa_usage import UsageLoop
 from agent.infra.apiserver import STRATEGIC_MERGE, APIServer, path
 from agent.infra.logging import get_logger
 from agent.kube.errors import APIError, APIForbidden, APINotFound, wrap
@@ -41,6 +43,8 @@ from agent.vpa.config import PANIC_LABEL
 from agent.vpa.floors import free_allocatable
 from agent.vpa.model import VPA, VPAParseError
 from agent.vpa.parse import parse_vpa
+from agent.vpa.podlevel import pod_bounds
+from agent.vpa.podlevel_source import split
 from agent.vpa.policy import Blocked, ContainerTarget, ResizeBlock, api_resources
 from agent.vpa.react import EVENT_REASONS, Kind, Reaction
 from agent.vpa.reacting import Reactor
@@ -54,9 +58,6 @@ VERSION: Final = "v1"
 PLURAL: Final = "verticalpodautoscalers"
 CRD_RETRY_S: Final = 300.0
 IN_PLACE_ANNOTATION: Final = "vpaInPlaceUpdated"
-USAGE_S: Final = 2.0  # how often the working sets of containers holding a memory decrease are read
-PRUNE_S: Final = 60.0  # how often what is kept about departed pods is dropped
-USAGE_STEP: Final = 0.05  # a held pod is decided again when a working set moved by more than this
 SETTLE_S: Final = 0.2
 RETRY_SCOPE_S: Final = 30.0  # a burst of pod arrivals changes the VPA watch once
 
@@ -96,7 +97,7 @@ class VPAComponent:
     def _blocked(self, pod: str, uid: str, blocked: Blocked) -> None:
         """A VPA-driven resize refused or put off: an Event naming the VPA, a metric, a log line (once)."""
         state = blocked.state.value
-        sizes = "; ".join(f"{t.container} {json.dumps(api_resources(t), sort_keys=True)}" for t in blocked.targets)
+        sizes = "; ".join(f"{t.container or 'pod level'} {json.dumps(api_resources(t), sort_keys=True)}" for t in blocked.targets)
         message = f"VPA {blocked.vpa}: resize to {sizes} is {state}" + (f": {blocked.message}" if blocked.message else "")
         self.ctx.metrics.vpa_resizes.labels(state.lower()).inc()
         self.ctx.event(uid, f"VPAResize{state}", message[:1000], blocked.state is ResizeBlock.INFEASIBLE)
@@ -230,7 +231,7 @@ class VPAComponent:
             loops.append(("vpa-actuate", self._actuate_loop))
         if self.ctx.settings.vpa.react_cpu_starvation:
             loops.append(("vpa-react", StarvationLoop(self.ctx, self.source, self._free).run))
-        loops.append(("vpa-usage", self._usage_loop))
+        loops.append(("vpa-usage", UsageLoop(self.ctx, self.source, self._gone).run))
         self._threads.start(loops, stop)
 
     def join(self, timeout_s: float) -> None:
@@ -272,46 +273,9 @@ class VPAComponent:
             self.scope_wake.clear()
             stop.wait(SETTLE_S)
 
-    def _usage_loop(self, stop: threading.Event) -> None:
-        """Every USAGE_S, the working set of the containers whose VPA decision holds a memory decrease
-        (the kernel's, which the VPA updater cannot see); a pod is derived again when its working set
-        moved by more than USAGE_STEP since its last decision, so the rest of the decrease follows once
-        usage allows. Pods with nothing held cost nothing here."""
-        from agent.recommender.counters import parse_v1, parse_v2, working_set
-        from agent.recommender.sampler import reader_for, targets
-
-        env = self.ctx.env
-        root, driver = env.settings.cgroup_root_name, env.settings.cgroup_driver
-        reader = reader_for(self.ctx.settings.cgroupfs, root, driver, env.hierarchy)
-        pruned = time.monotonic()
-        while not stop.wait(USAGE_S):
-            if time.monotonic() - pruned >= PRUNE_S:  # pods that left the node: forget what was kept
-                pruned = time.monotonic()
-                live = self.ctx.pods()
-                uids = {p.uid for p in live}
-                self.source.prune(uids, {p.key for p in live})
-                self.patched = {u: t for u, t in self.patched.items() if u in uids}
-            held = set(self.source.held_pods())
-            if not held:
-                continue
-            try:
-                pods = [p for p in self.ctx.pods() if p.key in held]
-                wanted = targets(pods, root, driver, env.hierarchy)
-                texts, _ = reader.read_many([path for t in wanted for _, path in t.files])
-            except Exception as err:
-                log.warning("vpa.usage_error", error=str(err))
-                continue
-            usage: dict[str, dict[str, int]] = {}
-            for t in wanted:
-                files = {n: texts.get(path) for n, path in t.files}
-                ws = working_set(parse_v2(files) if t.v2 else parse_v1(files))
-                if ws is not None:
-                    usage.setdefault(t.pod, {})[t.container] = ws
-            current = self.source.usage or {}
-            moved = [k for k, u in usage.items() if _moved(current.get(k), u)]
-            self.source.usage = {**current, **usage}
-            if moved:
-                self.ctx.refresh([p.uid for p in pods if p.key in moved])
+    def _gone(self, uids: AbstractSet[str]) -> None:
+        """What was last sent, kept only for the pods still on the node."""
+        self.patched = {u: t for u, t in self.patched.items() if u in uids}
 
     def _actuate_loop(self, stop: threading.Event) -> None:
         """The kubelet's node: send each decision as the VPA updater does (pods/resize, then the annotation)."""
@@ -344,7 +308,14 @@ class VPAComponent:
                 log.warning("vpa.annotation_failed", pod=f"{ns}/{name}", error=str(api_err))
 
     def _resize(self, uid: str, ns: str, name: str, vpa: str, targets: tuple[ContainerTarget, ...]) -> None:
-        body = {"spec": {"containers": [{"name": t.container, "resources": api_resources(t)} for t in targets]}}
+        """One pods/resize (strategic merge): the pod-level values, when they move, as `spec.resources`,
+        and only the containers that move, so that the API server validates and the kubelet admits the whole
+        pod at once (docs/vpa-pod-level.md)."""
+        pod, moved = split(targets)
+        spec: dict[str, Any] = {"resources": api_resources(pod)} if pod is not None else {}
+        if moved:
+            spec["containers"] = [{"name": t.container, "resources": api_resources(t)} for t in moved]
+        body = {"spec": spec}
         started = time.monotonic()
         try:
             self.api.patch(path("v1", "pods", ns, name, "resize"), body, STRATEGIC_MERGE, timeout=(10, 30))
@@ -363,17 +334,7 @@ class VPAComponent:
         self.ctx.metrics.vpa_resizes.labels("sent").inc()
         self._annotate(ns, name)
         log.info("vpa.resized", pod=f"{ns}/{name}", vpa=vpa, via="pods/resize", ms=round((time.monotonic() - started) * 1000, 1),
-                 containers=json.dumps(body["spec"]["containers"]))
-
-
-def _moved(before: Mapping[str, int] | None, now: Mapping[str, int]) -> bool:
-    if before is None:
-        return True
-    for name, ws in now.items():
-        old = before.get(name)
-        if old is None or abs(ws - old) > USAGE_STEP * max(old, 1):
-            return True
-    return False
+                 spec=json.dumps(spec))
 
 
 def vpa_component(ctx: DaemonContext) -> Component | None:
@@ -390,6 +351,9 @@ def vpa_component(ctx: DaemonContext) -> Component | None:
     if warning:
         log.warning("vpa.state", message=warning)
     source.restore(kept if not via_api else ActuatorState(blocked=kept.blocked, floors=kept.floors))
+    if ctx.limit_ranges is not None:  # LimitRange type Pod caps the pod level (agent.daemon.limitranges reads them)
+        ranges = ctx.limit_ranges
+        source.pod_bounds = lambda namespace: pod_bounds(ranges.of(namespace))
     ctx.sources.append(source)
     ctx.metrics.vpa_enabled.set(1)
     component = VPAComponent(ctx, source, via_api)

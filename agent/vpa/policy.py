@@ -12,7 +12,7 @@ Each rule is VPA's own, named where it lives in kubernetes/autoscaler (vertical-
   at least podLifetimeThreshold (12 h) and the summed relative change Σ_resource |Σrec − Σreq| / Σreq
   (milli-units) is ≥ 0.1, or a quick OOM that changes something.
 Beyond VPA, for the node: a change that would move the pod to another QoS class is refused (the API
-server refuses it anyway), and pods with pod-level resources are skipped (VPA does not support them).
+server refuses it anyway); a pod with pod-level resources is decided by agent.vpa.podlevel_decide instead.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ INT64_MAX: Final = 2**63 - 1
 IN_PLACE_MODES: Final = frozenset({UpdateMode.IN_PLACE, UpdateMode.IN_PLACE_OR_RECREATE})
 RECREATE_MODES: Final = frozenset({UpdateMode.RECREATE, UpdateMode.AUTO})
 SAME: Final = "the recommendation is what the pod has"
+POD: Final = ""  # the target that carries the pod-level values (`spec.resources`): no container has this name
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +152,14 @@ def api_resources(t: ContainerTarget) -> dict[str, dict[str, str]]:
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What to do with one pod: `targets` to apply when `apply`, and why (shown by `explain`). `held`
-    names the memory limits kept above the recommendation because the container uses more."""
+    names the memory limits kept above the recommendation because the container uses more; `restarts`
+    the containers the kubelet restarts for it (their resizePolicy, a pod-level resize)."""
 
     apply: bool
     reason: str
     targets: tuple[ContainerTarget, ...] = ()
     held: tuple[str, ...] = ()
+    restarts: tuple[str, ...] = ()
 
 
 def hold_memory_at_usage(
@@ -237,7 +240,7 @@ def decide(
     if why is not None:
         return Verdict(False, why)
     if pod.pod_requests is not None or pod.pod_limits is not None:
-        return Verdict(False, "the pod has pod-level resources, which VPA does not support yet")
+        return Verdict(False, "the pod has pod-level resources (decided by agent.vpa.podlevel_decide)")
     if not vpa.recommendations:
         return Verdict(False, "the VPA has no recommendation yet")
     targets = []

@@ -15,7 +15,9 @@ Which VPA: the one whose `spec.targetRef` is on the pod's owner chain (Pod → R
 or a StatefulSet, DaemonSet, Job, or any other controller), resolved from an owner map the watch keeps;
 two VPAs on one chain → the pod is left alone and reported, never guessed.
 
-What it proposes: `agent.vpa.policy.decide` says whether VPA's updater would act now and to what. Once a
+What it proposes: `agent.vpa.policy.decide` says whether VPA's updater would act now and to what, or, for a
+pod that sets pod-level resources, `agent.vpa.podlevel_decide` (the pod level as one more target, named
+POD: agent.vpa.podlevel_source), under the same gates. Once a
 target is applied it is kept (proposed again) until a later decision replaces it, so that the pod is
 not resized back when the updater's condition stops holding (a pod inside its bounds again, say), and a
 disabled VPA (panic button) touches nothing already applied. Pure: the watch replaces the snapshot.
@@ -31,12 +33,15 @@ from datetime import datetime
 from typing import Any, Final
 
 from agent.core.model import PodView
-from agent.infra.durations import parse_timestamp
 from agent.pods.parse import controller_owner, parse_pod, pod_key
 from agent.pods.sources.base import ContainerResources, Proposal
 from agent.vpa.applied import ActuatorState
 from agent.vpa.floors import Floor
 from agent.vpa.model import VPA
+from agent.vpa.podlevel import PodBounds
+from agent.vpa.podlevel_decide import managed_targets
+from agent.vpa.podlevel_source import PodLevelRecord, decide_pod, pod_values, sets_pod_level, split
+from agent.vpa.podstatus import QUICK_OOM_S, age_s, quick_oom, resize_pending
 from agent.vpa.policy import (
     SAME,
     Blocked,
@@ -57,10 +62,8 @@ from agent.vpa.reacting import Reactor, running_memory
 
 NAME: Final = "vpa"
 PRECEDENCE: Final = 50
-QUICK_OOM_S: Final = 600.0  # EvictAfterOOMThreshold, updater config.go
 MAX_CHAIN: Final = 8
 LOCAL_RECOMMENDER: Final = "kube-cgroup-agent"  # the node recommender's name in a VPA's spec.recommenders
-RESIZE_PENDING: Final = "PodResizePending"  # the kubelet's condition (reason Deferred or Infeasible), v1.33+
 
 Kept = tuple[str, tuple[ContainerTarget, ...]]  # (VPA key, the targets applied)
 OwnerKey = tuple[str, str, str]  # (namespace, kind, name)
@@ -124,8 +127,8 @@ class VPASource:
     )  # uid -> (ns, pod, vpa, targets)
     wake: threading.Event = field(default_factory=threading.Event)  # set when `pending` gained a decision
     on_verdict: Callable[[str, str, Verdict], None] | None = None  # (pod, vpa, verdict) when it changed
-    # pod key -> container -> working set, kept by the component that reads the kernel; None: not read
-    # on this node (no cap, as VPA itself)
+    # pod key -> container -> working set (the pod cgroup's under POD), kept by the component that reads
+    # the kernel; None: not read on this node (no cap, as VPA itself)
     usage: dict[str, dict[str, int]] | None = None
     applied: dict[str, tuple[str, tuple[ContainerTarget, ...]]] = field(
         default_factory=dict
@@ -149,8 +152,10 @@ class VPASource:
         default_factory=dict
     )  # pod key -> container -> (when, local memory target)
     reactor: Reactor = field(default_factory=Reactor)  # the floors of the reactions (agent.vpa.react)
+    # the namespace's LimitRange type Pod (agent.vpa.podlevel.pod_bounds), where the node reads it
+    pod_bounds: Callable[[str], PodBounds | None] = lambda namespace: None
     record: bool = False  # keep, per pod, the VPA and every container's clamped target (for `explain`)
-    records: dict[str, tuple[VPA, tuple[ContainerTarget, ...]]] = field(default_factory=dict)
+    records: dict[str, tuple[VPA, tuple[ContainerTarget, ...], PodLevelRecord | None]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -184,9 +189,15 @@ class VPASource:
             reaction = None
             if not_actuated_because(vpa, self.opts) is None:
                 vpa, reaction = self._reactions(pod, raw, vpa, self.applied.get(pod.uid))
-            verdict = decide(pod, vpa, _age_s(raw, self.now()), oomed or _quick_oom(raw), self.opts, usage, reaction)
+            age, oom, pod_record = age_s(raw, self.now()), oomed or quick_oom(raw), None
+            if sets_pod_level(pod):
+                bounds = self.pod_bounds(pod.namespace)
+                verdict, pod_record = decide_pod(pod, vpa, age, oom, self.opts, usage, bounds, reaction)
+            else:
+                verdict = decide(pod, vpa, age, oom, self.opts, usage, reaction)
             if self.record:
-                self.records[pod.key] = (vpa, clamped_targets(pod, vpa))
+                shown = managed_targets(pod, vpa) if pod_record is not None else clamped_targets(pod, vpa)
+                self.records[pod.key] = (vpa, shown, pod_record)
             verdict = self._unless_blocked(pod.uid, verdict)
             self._verdict(pod.key, res.vpa.key, verdict)
             if not self.propose_changes:  # the spec itself will change (pods/resize): nothing to keep
@@ -255,6 +266,7 @@ class VPASource:
         if sent is None and not self.record:
             return  # most pods: nothing sent, nothing to follow
         asked = tuple(ContainerTarget(c.name, c.requests, c.limits) for c in pod.containers)
+        asked += (pod_values(pod),) if sets_pod_level(pod) else ()
         sent = sent or (vpa, asked)
         pending = resize_pending(raw)
         if pending is None:
@@ -361,40 +373,10 @@ class VPASource:
 
     def _proposal(self, kept: tuple[str, tuple[ContainerTarget, ...]], why: str) -> Proposal:
         vpa, targets = kept
+        pod, moved = split(targets)  # the pod level, when it moves, goes to `spec.resources`
         containers: dict[tuple[Any, str], ContainerResources] = {}
-        for t in targets:
+        for t in moved:
             containers[("containers", t.container)] = api_resources(t)  # type: ignore[assignment]
-        return Proposal(self.name, containers, note=f"VPA {vpa}" + (f": {why}" if why else ""))
+        resources: ContainerResources | None = api_resources(pod) if pod is not None else None  # type: ignore[assignment]
+        return Proposal(self.name, containers, resources, note=f"VPA {vpa}" + (f": {why}" if why else ""))
 
-
-def resize_pending(raw: Mapping[str, Any]) -> tuple[ResizeBlock, str] | None:
-    """The kubelet's PodResizePending condition (reason Deferred or Infeasible), or None."""
-    status = raw.get("status")
-    for cond in (status.get("conditions") or []) if isinstance(status, Mapping) else []:
-        if isinstance(cond, Mapping) and cond.get("type") == RESIZE_PENDING and cond.get("status") == "True":
-            reason = cond.get("reason")
-            if reason in (ResizeBlock.INFEASIBLE.value, ResizeBlock.DEFERRED.value):
-                return ResizeBlock(str(reason)), str(cond.get("message") or "")
-    return None
-
-
-def _age_s(raw: Mapping[str, Any], now: float) -> float | None:
-    status = raw.get("status")
-    start = parse_timestamp(status.get("startTime")) if isinstance(status, Mapping) else None
-    return None if start is None else now - start
-
-
-def _quick_oom(raw: Mapping[str, Any]) -> bool:
-    """A container OOM-killed within QUICK_OOM_S of its start (the updater's quick OOM)."""
-    status = raw.get("status")
-    for cs in (status.get("containerStatuses") or []) if isinstance(status, Mapping) else []:
-        last = cs.get("lastState") if isinstance(cs, Mapping) else None
-        term = last.get("terminated") if isinstance(last, Mapping) else None
-        if isinstance(term, Mapping) and term.get("reason") == "OOMKilled":
-            started, finished = (
-                parse_timestamp(term.get("startedAt")),
-                parse_timestamp(term.get("finishedAt")),
-            )
-            if started is not None and finished is not None and finished - started < QUICK_OOM_S:
-                return True
-    return False

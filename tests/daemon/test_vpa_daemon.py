@@ -256,3 +256,90 @@ def test_two_vpas_on_one_pod_leave_it_alone_with_an_event(env: Env) -> None:
     time.sleep(1.0)
     assert env.node.read(quota) == "60000" and env.cluster.event_reasons(uid).count("VPAConflict") == 1
     assert daemon.terminate() == 0
+
+
+# ---- pod-level resources (docs/vpa-pod-level.md) ----
+
+MI = 1 << 20
+SHARED = {"requests": {"cpu": "200m", "memory": "400Mi"}, "limits": {"cpu": "400m", "memory": "800Mi"}}
+
+
+def _pod_level(app: dict[str, Any] | None = None) -> dict[str, Any]:
+    """app and side sharing one pod-level budget; app with resources of its own when given."""
+    raw = manifest("web-6d4f-x", [ctr("app", **(app or {})), ctr("side")], resources=SHARED)
+    raw["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4f", "uid": "rs-1", "controller": True}]
+    return raw
+
+
+def _recs(*recs: tuple[str, str, str, str, str, str, str]) -> dict[str, Any]:
+    """(container, cpu target, memory target, cpu lower, memory lower, cpu upper, memory upper) each."""
+    v = _vpa("100m", "50m", "200m")
+    v["status"]["recommendation"]["containerRecommendations"] = [
+        {"containerName": n, "target": {"cpu": c, "memory": m}, "lowerBound": {"cpu": cl, "memory": ml}, "upperBound": {"cpu": cu, "memory": mu}}
+        for n, c, m, cl, ml, cu, mu in recs
+    ]
+    return v
+
+
+def test_on_a_kubelet_owned_node_a_pod_level_resize_sends_spec_resources_and_the_moved_containers(env: Env) -> None:
+    """app sets its own resources, side none: summed, cpu 600m + 200m = 800m (the pod's 200m is below the
+    lower bound 650m), memory 300Mi + 100Mi = 400Mi as it is. One pods/resize sets spec.resources (limits
+    in the pod's ratio 2) and app's own values (its ratio 2); side is never given any."""
+    _cluster(env, "v1.36.0")
+    env.node.add_pod(_pod_level({"req": {"cpu": "100m", "memory": "100Mi"}, "lim": {"cpu": "200m", "memory": "200Mi"}}))
+    env.publish("web-6d4f-x")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _recs(("app", "600m", "300Mi", "500m", "250Mi", "1", "400Mi"),
+                                    ("side", "200m", "100Mi", "150m", "80Mi", "400m", "200Mi")))
+    sent = wait_for(lambda: env.cluster.recorded("PATCH", "/pods/web-6d4f-x/resize"), "the pods/resize patch")
+    assert sent[0].body == {"spec": {
+        "resources": {"requests": {"cpu": "800m", "memory": str(400 * MI)}, "limits": {"cpu": "1600m", "memory": str(800 * MI)}},
+        "containers": [{"name": "app", "resources": {"requests": {"cpu": "600m", "memory": str(300 * MI)},
+                                                     "limits": {"cpu": "1200m", "memory": str(600 * MI)}}}],
+    }}
+    spec = wait_for(lambda: (env.cluster.pod("default", "web-6d4f-x") or {}).get("spec"), "the pod")
+    assert spec["resources"]["limits"]["cpu"] == "1600m" and spec["containers"][1]["resources"] == {}
+    assert env.cri.service.calls_of("UpdateContainerResources") == []  # the kubelet's to actuate
+    _never_evicted(env)
+    assert daemon.terminate() == 0
+
+
+def test_a_pod_level_memory_decrease_stops_at_the_pod_cgroups_working_set(env: Env) -> None:
+    """Bare node. Summed memory 150Mi + 50Mi = 200Mi: the pod's 400Mi is above the upper bound 300Mi, its
+    limit would go 800Mi -> 400Mi. The pod cgroup holds 500Mi: the limit goes to ceil(500Mi × 1.1) = 550Mi
+    and no lower (read by the usage loop from the pod cgroup); once it falls, the rest follows."""
+    _cluster(env)
+    env.node.add_pod(_pod_level())
+    env.publish("web-6d4f-x")
+    limit = env.node.pod_path("web-6d4f-x", "memory.limit_in_bytes")
+    env.node.set_usage("web-6d4f-x", None, 500 * MI)
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _recs(("app", "100m", "150Mi", "50m", "100Mi", "200m", "200Mi"),
+                                    ("side", "100m", "50Mi", "50m", "20Mi", "200m", "100Mi")))
+    wait_for(lambda: env.node.read(limit) == str(550 * MI), "the pod limit held at the working set + 10 %")
+    assert [d for d in daemon.logged("vpa.decision") if d["apply"] and any("pod: memory held" in h for h in d["held"])]
+    env.node.set_usage("web-6d4f-x", None, 10 * MI)
+    wait_for(lambda: env.node.read(limit) == str(400 * MI), "the rest of the decrease once usage allows")
+    assert env.cri.service.calls_of("StopContainer") == []
+    _never_evicted(env)
+    assert daemon.terminate() == 0
+
+
+def test_a_limitrange_of_type_pod_caps_the_pod_level_target(env: Env) -> None:
+    """Bare node. Summed cpu 600m + 200m = 800m, limit 1600m in the pod's ratio 2; the namespace's
+    LimitRange type Pod has max cpu 1: the request whose proportional limit is 1 core, 500m, limit 1."""
+    _cluster(env)
+    env.cluster.put("", "v1", "limitranges", {"metadata": {"name": "pods", "namespace": "default"},
+                                              "spec": {"limits": [{"type": "Pod", "max": {"cpu": "1"}}]}})
+    env.node.add_pod(_pod_level())
+    env.publish("web-6d4f-x")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _recs(("app", "600m", "300Mi", "500m", "250Mi", "1", "400Mi"),
+                                    ("side", "200m", "100Mi", "150m", "80Mi", "400m", "200Mi")))
+    quota = env.node.pod_path("web-6d4f-x", "cpu.cfs_quota_us")
+    wait_for(lambda: env.node.read(quota) == "100000", "the pod-level CPU limit capped at the LimitRange's max")
+    assert env.node.read(env.node.pod_path("web-6d4f-x", "cpu.shares")) == "512"  # 500m
+    assert daemon.terminate() == 0

@@ -44,9 +44,13 @@ def _node(labels: dict[str, str] | None = None, kubelet: str = "") -> dict[str, 
 
 
 def _setup(
-    node: ResizeNode, tmp_path: Path, objects: list[dict[str, Any]], conditions: list[dict[str, Any]] | None = None, cpu: str = "100m", cpu_limit: str = "200m"
+    node: ResizeNode, tmp_path: Path, objects: list[dict[str, Any]], conditions: list[dict[str, Any]] | None = None, cpu: str = "100m", cpu_limit: str = "200m",
+    pod_resources: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
-    raw = manifest("web-6d4f-x", [ctr("app", req={"cpu": cpu, "memory": "100Mi"}, lim={"cpu": cpu_limit, "memory": "200Mi"})])
+    if pod_resources is not None:  # two containers sharing one pod-level budget, none with resources of its own
+        raw = manifest("web-6d4f-x", [ctr("app"), ctr("side")], resources=pod_resources)
+    else:
+        raw = manifest("web-6d4f-x", [ctr("app", req={"cpu": cpu, "memory": "100Mi"}, lim={"cpu": cpu_limit, "memory": "200Mi"})])
     raw["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4f", "uid": "rs-1", "controller": True}]
     node.add_pod(raw)
     pod = node.raw("web-6d4f-x")
@@ -138,3 +142,35 @@ def test_a_bad_vpa_file_is_one_line_and_exit_2(node: ResizeNode, tmp_path: Path,
     vpa.write_text(json.dumps({"kind": "List", "items": [bad, _vpa(), RS]}))
     out = _explain(config, vpa, capsys)
     assert "decision: applied" in out
+
+
+def test_explain_shows_a_pod_level_pods_recommendation_its_bounds_and_target(
+    node: ResizeNode, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """app and side share one pod-level budget (200m/400Mi, limits 400m/800Mi). Summed: 600m + 200m = 800m,
+    300Mi + 100Mi = 400Mi; the namespace's LimitRange type Pod (max cpu 1) caps the request at the one
+    whose proportional limit (ratio 2) is 1 core: 500m, limit 1000m. Nothing written."""
+    shared = {"requests": {"cpu": "200m", "memory": "400Mi"}, "limits": {"cpu": "400m", "memory": "800Mi"}}
+    v = _vpa()
+    v["spec"]["resourcePolicy"] = {}
+    v["status"]["recommendation"]["containerRecommendations"] = [
+        {"containerName": n, "target": {"cpu": c, "memory": m}, "lowerBound": {"cpu": cl, "memory": ml}, "upperBound": {"cpu": cu, "memory": mu}}
+        for n, c, m, cl, ml, cu, mu in (("app", "600m", "300Mi", "500m", "250Mi", "1", "400Mi"),
+                                        ("side", "200m", "100Mi", "150m", "80Mi", "400m", "200Mi"))
+    ]
+    lr = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "pods", "namespace": "default"},
+          "spec": {"limits": [{"type": "Pod", "max": {"cpu": "1"}}]}}
+    config, vpa = _setup(node, tmp_path, [v, RS, _node(), lr], pod_resources=shared)
+    quota = node.pod_path("web-6d4f-x", "cpu.cfs_quota_us")
+    before = node.read(quota)
+    out = _explain(config, vpa, capsys)
+    assert "app: recommended cpu 600m" in out and "counted in the pod level only" in out
+    assert (f"pod level: recommended cpu 800m, memory {400 * MI} (lower cpu 650m, memory {330 * MI}; "
+            f"upper cpu 1400m, memory {600 * MI}), summed from the containers'") in out
+    assert "LimitRange type Pod: min none; max cpu 1000m" in out
+    assert f"capped: cpu 500m, memory {400 * MI} (lower cpu 500m, memory {330 * MI}; upper cpu 500m, memory {600 * MI})" in out
+    assert "pod level cpu capped to fit Max in Pod LimitRange" in out
+    assert f"target spec.resources: requests cpu 500m, memory {400 * MI}; limits cpu 1000m, memory {800 * MI}" in out
+    assert "decision: applied — a request outside the recommended range" in out
+    assert "pod/requests/cpu: vpa" in out and "pod/limits/cpu: vpa" in out  # the pod cgroup follows the VPA's values
+    assert node.read(quota) == before  # nothing written

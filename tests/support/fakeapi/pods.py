@@ -1,6 +1,6 @@
 """The pods: what a test does to them (`apply`, `delete`, each a new resourceVersion and a watch event)
 and what the API server does with a request about them — the node's list and a namespace's by labels,
-PATCH of a pod and of its `resize` subresource (only container resources may change), the `status`
+PATCH of a pod and of its `resize` subresource (only container and pod-level resources may change), the `status`
 subresource (a strategic merge of conditions by type, refused on a UID precondition that does not hold;
 any other status field is a failure of the agent), DELETE, and a recorded `eviction`."""
 
@@ -97,10 +97,13 @@ class PodRequests:
                 new = apply_patch(pod, body, ctype)
             except (ValueError, KeyError, IndexError, TypeError) as err:
                 return 422, status(422, "Invalid", f"patch: {err}")
-            if sub == "resize":  # only container resources may change through resize
+            if sub == "resize":  # only container and pod-level resources may change through resize (v1.36)
                 for c_new, c_old in zip(new["spec"]["containers"], pod["spec"]["containers"], strict=True):
                     if {k: v for k, v in c_new.items() if k != "resources"} != {k: v for k, v in c_old.items() if k != "resources"}:
                         return 422, status(422, "Invalid", "pods/resize may change only container resources")
+                if {k: v for k, v in new["spec"].items() if k not in ("containers", "resources")} != {
+                        k: v for k, v in pod["spec"].items() if k not in ("containers", "resources")}:
+                    return 422, status(422, "Invalid", "pods/resize may change only container and pod-level resources")
             new["metadata"]["uid"] = pod["metadata"]["uid"]
             self.pods[new["metadata"]["uid"]] = new
             self._emit("MODIFIED", new)
