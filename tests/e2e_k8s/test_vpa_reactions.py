@@ -56,7 +56,7 @@ BURN = (  # bursts once /tmp/go exists, until /tmp/stop does
     f"i=0; while [ $i -lt {PAUSE_S * 5} ] && [ ! -f /tmp/stop ]; do sleep 0.2; i=$((i+1)); done; done; "
     "sleep 1000000"
 )
-GROW = "sleep 2; a=$(head -c 40000000 /dev/zero | tr '\\0' x); echo held ${#a}; sleep 1000000"
+GROW = "sleep 2; a=$(head -c 40000000 /dev/zero | busybox tr '\\0' x); echo held ${#a}; sleep 1000000"
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +112,7 @@ class Follow:
     uids: set[str] = field(default_factory=set)
     restarts: int = 0
     ooms: set[str] = field(default_factory=set)  # finishedAt of each OOMKilled termination
+    first_oom: float | None = None  # when a poll first saw one
     stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
@@ -134,6 +135,7 @@ class Follow:
                         term = state.terminated if state else None
                         if term is not None and term.reason == "OOMKilled":
                             self.ooms.add(str(term.finished_at))
+                            self.first_oom = self.first_oom or time.monotonic()
 
     def start(self) -> Follow:
         threading.Thread(target=self.run, daemon=True).start()
@@ -166,7 +168,7 @@ def _cpu(node: str, offset_s: float, out: dict[str, Any]) -> None:
     follow = Follow(name).start()
     time.sleep(offset_s)
     t0 = time.monotonic()
-    kubectl("exec", pod, "--", "touch", "/tmp/go")
+    kubectl("exec", pod, "--", "sh", "-c", ": > /tmp/go")
     raised = wait_for("the spec's CPU limit raised", lambda: next((t for t, c, _ in follow.changes if t >= t0 and (c or 0) > 200), None),
                       30 * slow, 0.1)
     wait_for("the kubelet's quota write", lambda: (container_value(node, pod, "cpu_quota") or 0) > 20000, 30 * slow, 0.1)
@@ -174,7 +176,7 @@ def _cpu(node: str, offset_s: float, out: dict[str, Any]) -> None:
     time.sleep(max(0.0, t0 + BURSTY_S - time.monotonic()))
     during = [c for t, c, _ in follow.changes if t0 <= t]
     t_stop = time.monotonic()
-    kubectl("exec", pod, "--", "touch", "/tmp/stop")
+    kubectl("exec", pod, "--", "sh", "-c", ": > /tmp/stop")
     restored = wait_for("back to the recommendation's limit (200m)",
                         lambda: next((t for t, c, _ in follow.changes if t >= t_stop and c == 200), None), 300 * slow, 0.5)
     follow.stop.set()
@@ -193,13 +195,13 @@ def _cpu(node: str, offset_s: float, out: dict[str, Any]) -> None:
 def _oom(node: str, out: dict[str, Any]) -> None:
     name = f"grow-{short(node)}"
     slow = SLOW if node == V2_NODE else 1
-    res = {"cpu": "50m", "memory": "64Mi"}
+    res = {"cpu": "50m", "memory": "64Mi"}  # Burstable (no CPU limit: no throttling to react to)
     kubectl("apply", "-f", "-", stdin=json.dumps(_vpa(name, {"cpu": "1", "memory": "512Mi"})))
     _recommend(name, res)
     follow = Follow(name).start()
     t0 = time.monotonic()
-    kubectl("apply", "-f", "-", stdin=json.dumps(_deployment(name, node, GROW, res, res)))
-    killed = wait_for("the first OOM kill", lambda: time.monotonic() if follow.ooms else None, 120 * slow, 0.2)
+    kubectl("apply", "-f", "-", stdin=json.dumps(_deployment(name, node, GROW, res, {"memory": "64Mi"})))
+    killed = wait_for("the first OOM kill", lambda: follow.first_oom, 120 * slow, 0.2)
     bumped = wait_for("the spec's memory bumped", lambda: next((t for t, _, m in follow.changes if (m or 0) > 64 * MI), None), 60 * slow, 0.2)
     pod = _pod(name, node)
     wait_for("the container holding its 40 MB", lambda: "held" in kubectl("logs", pod, "--tail=5", ok=(0, 1)), 120 * slow, 1.0)
