@@ -22,6 +22,9 @@ __all__ = ["UNLIMITED", "CgroupName", "CgroupValues"]  # re-exported: the agent'
 
 PodUID = NewType("PodUID", str)
 ContainerID = NewType("ContainerID", str)
+# The name under which a pod's own (pod-level) values or usage are kept beside its containers': the VPA
+# source's target for `spec.resources`, the recommender's history of the pod cgroup. No container has it.
+POD: Final = ""
 
 
 # A Kubernetes UID is an RFC 4122 UUID in practice, but static pods carry a hash (32 hex chars)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.core.model import POD
 from agent.daemon.components import Component, DaemonContext
 from agent.infra.logging import get_logger
 from agent.recommender.estimate import recommend
@@ -43,12 +44,16 @@ class RecommenderComponent:
         wanted = targets(self.context.pods(), settings.cgroup_root_name, settings.cgroup_driver, self.context.env.hierarchy)
         samples, oomed = self.sampler.tick(now, wanted)
         if self.history is not None:  # a container never seen waits for its history from Prometheus
-            self.history.feed(self.state, [(t.pod, t.container) for t in wanted], samples, now)
+            # (a pod cgroup's history is the node's own: VPA's queries leave the pod cgroup's series out)
+            self.history.feed(self.state, [(t.pod, t.container) for t in wanted if t.container != POD], samples, now)
         else:
             for s in samples:
                 self.state.observe(s)
         log.debug("recommender.tick", containers=len(wanted), samples=len(samples))
         for t in oomed:
+            if t.container == POD:  # an OOM sample of the pod level; the kill is its container's to react to
+                log.info("recommender.pod_oom", pod=t.pod)
+                continue
             log.warning("recommender.oom", pod=t.pod, container=t.container, reacted=settings.recommender.react_to_oom)
             self.context.metrics.errors.labels("ContainerOOMKilled").inc()
             if settings.recommender.react_to_oom:
@@ -64,8 +69,7 @@ class RecommenderComponent:
         history = self.state.histories.get((t.pod, t.container))
         if history is None or history.memory.is_empty():
             return None
-        siblings = sum(1 for pod, _ in self.state.histories if pod == t.pod)
-        return recommend(history, self.context.settings.recommender, siblings).target.memory
+        return recommend(history, self.context.settings.recommender, self.state.containers_in(t.pod)).target.memory
 
     def _loop(self, stop: threading.Event) -> None:
         interval = self.context.settings.recommender.sample_interval_s

@@ -1,5 +1,6 @@
-"""Recommendations as a table or as JSON in VPA's RecommendedContainerResources shape (quantities as the API
-writes them: CPU in millicores, memory in bytes with a binary suffix when exact)."""
+"""Recommendations as a table or as JSON in VPA's RecommendedContainerResources shape, a pod level's in
+AEP-7571's podRecommendations shape (quantities as the API writes them: CPU in millicores, memory in bytes
+with a binary suffix when exact)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from agent.core.model import POD
 from agent.recommender.estimate import Estimate
 from agent.recommender.state import ContainerRecommendation
 
@@ -39,11 +41,21 @@ def as_vpa(item: ContainerRecommendation) -> dict[str, Any]:
     }
 
 
+def as_pod_level(item: ContainerRecommendation) -> dict[str, Any]:
+    """AEP-7571's podRecommendations: a container's fields without the name."""
+    return {k: v for k, v in as_vpa(item).items() if k != "containerName"}
+
+
 def to_json(items: Sequence[ContainerRecommendation]) -> str:
-    pods: dict[str, list[dict[str, Any]]] = {}
+    pods: dict[str, dict[str, Any]] = {}
     for item in items:
-        pods.setdefault(item.pod, []).append({**as_vpa(item), "confidence": round(item.recommendation.confidence, 4)})
-    return json.dumps({"pods": [{"pod": p, "containerRecommendations": c} for p, c in pods.items()]}, indent=2)
+        entry = pods.setdefault(item.pod, {"pod": item.pod, "containerRecommendations": []})
+        confidence = {"confidence": round(item.recommendation.confidence, 4)}
+        if item.container == POD:
+            entry["podRecommendations"] = {**as_pod_level(item), **confidence}
+        else:
+            entry["containerRecommendations"].append({**as_vpa(item), **confidence})
+    return json.dumps({"pods": list(pods.values())}, indent=2)
 
 
 def to_table(items: Sequence[ContainerRecommendation]) -> str:
@@ -52,6 +64,6 @@ def to_table(items: Sequence[ContainerRecommendation]) -> str:
     for item in items:
         v = as_vpa(item)
         cells = [f"{v[k]['cpu']} / {v[k]['memory']}" for k in ("target", "lowerBound", "upperBound", "uncappedTarget")]
-        rows.append((item.pod, item.container, *cells, f"{item.recommendation.confidence:.2f}"))
+        rows.append((item.pod, item.container or "(pod)", *cells, f"{item.recommendation.confidence:.2f}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)

@@ -8,7 +8,13 @@ through that same confinement (`cgroupfs.pinned`) and read with pread until the 
 reads only what its samples need, and keeps a plain tuple per container rather than objects; memory.stat
 (the inactive file pages a working set leaves out) every `stat_every` ticks, the usage every tick; the
 OOM-kill counter, which only counts up, every `oom_every` ticks per container (both spread over the ticks):
-a kill is seen a few seconds later, never missed, and its sample's memory is the peak the kernel kept."""
+a kill is seen a few seconds later, never missed, and its sample's memory is the peak the kernel kept.
+
+A pod that sets pod-level resources is one more target, named POD, read from its pod cgroup the same way
+(the usage of all its containers: what its pod-level values must hold). An OOM kill of any of its
+containers is an OOM of the pod: on v2 the pod cgroup's memory.events counts the kills below it; on v1
+memory.oom_control counts only the cgroup's own (no process lives in the pod cgroup itself), so the pod's
+OOM sample follows a kill the tick sees in one of its containers."""
 
 from __future__ import annotations
 
@@ -16,9 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.core.compute.aggregate import pod_level_resources_set
 from agent.core.compute.pod import pod_cgroup_name
 from agent.core.compute.qos import compute_qos
-from agent.core.model import PodView
+from agent.core.model import POD, PodView
 from agent.recommender.counters import (
     V1_EACH_TICK,
     V1_FILES,
@@ -56,7 +63,7 @@ STAT_EVERY = 5  # ticks between reads of a container's memory.stat (its inactive
 @dataclass(frozen=True, slots=True)
 class Target:
     pod: str  # namespace/name
-    container: str
+    container: str  # POD for the pod cgroup of a pod that sets pod-level resources
     container_id: str
     files: tuple[tuple[str, str], ...]  # (file name, path below --cgroupfs)
     v2: bool
@@ -82,13 +89,31 @@ def _dirs(h: Hierarchy, name: CgroupName, cid: str, driver: DriverKind, runtime:
     return None
 
 
+def _pod_dirs(h: Hierarchy, name: CgroupName, driver: DriverKind) -> tuple[tuple[str, str], ...] | None:
+    """The pod cgroup's counter files: a container's, but on v1 without memory.oom_control (it counts only
+    kills of the cgroup's own processes; the pod's OOMs are its containers')."""
+    pod_dir = cgroup_dir(name, driver)
+    if "cpu" in h.v1 and "memory" in h.v1:
+        out: list[tuple[str, str]] = []
+        for controller, names in V1_FILES.items():
+            mount = h.v1.get(controller) or h.v1["cpu"]  # cpuacct co-mounted with cpu
+            out.extend((n, f"{mount}/{pod_dir}/{n}") for n in names if n != V1_OOM)
+        return tuple(out)
+    if h.unified is not None:
+        prefix = f"{h.unified}/" if h.unified else ""
+        return tuple((n, f"{prefix}{pod_dir}/{n}") for n in V2_FILES)
+    return None
+
+
 def targets(pods: Sequence[PodView], cgroup_root: CgroupName, driver: DriverKind, hierarchy: Hierarchy) -> list[Target]:
+    """The running containers of the pods, each pod that sets pod-level resources followed by its POD target."""
     out: list[Target] = []
     v2 = not ("cpu" in hierarchy.v1 and "memory" in hierarchy.v1)
     for pod in pods:
         if pod.phase in ("Succeeded", "Failed"):
             continue
         name = pod_cgroup_name(cgroup_root, compute_qos(pod).qos, pod.uid)
+        running = False
         for c in (*pod.init_containers, *pod.containers):
             st = pod.status_of(c.name)
             if st is None or st.container_id is None or not st.running:
@@ -98,6 +123,11 @@ def targets(pods: Sequence[PodView], cgroup_root: CgroupName, driver: DriverKind
                 continue
             limit = c.limits.cpu_milli / 1000 if c.limits.cpu_milli else None
             out.append(Target(pod.key, c.name, st.container_id, files, v2, limit, c.requests.memory))
+            running = True
+        if running and pod_level_resources_set(pod) and (files := _pod_dirs(hierarchy, name, driver)) is not None:
+            limits, requests = pod.pod_limits, pod.pod_requests
+            limit = limits.cpu_milli / 1000 if limits is not None and limits.cpu_milli else None
+            out.append(Target(pod.key, POD, "", files, v2, limit, requests.memory if requests is not None else None))
     return out
 
 
@@ -184,7 +214,8 @@ class Sampler:
     _pinned: PinnedFiles | None = None
 
     def tick(self, now: float, wanted: Sequence[Target]) -> tuple[list[Sample], list[Target]]:
-        """One read pass; returns the samples and the targets whose OOM-kill counter moved."""
+        """One read pass; returns the samples and the targets whose OOM-kill counter moved (a POD target: a
+        kill in the pod)."""
         pinned = self._pinned
         if pinned is None:
             pinned = self._pinned = pinned_reader(self.reader, _warn)
@@ -194,6 +225,8 @@ class Sampler:
         read = pinned.read
         samples: list[Sample] = []
         oomed: list[Target] = []
+        killed: set[str] = set()  # pods with a container killed in this tick
+        v1_pods: list[tuple[Target, _Plan, int | None]] = []  # v1 pod cgroups: OOMs only through their containers
         seen = 0
         for t in wanted:
             track = tracks.get(t.files)
@@ -228,6 +261,14 @@ class Sampler:
             if kills:
                 used = max(self._peak(plan) or 0, ws or 0)
                 samples.append(Sample(now, t.pod, t.container, memory=float(used), oom=True))
+                oomed.append(t)
+                killed.add(t.pod)
+            elif plan.oom is None and t.container == POD:  # a v1 pod cgroup: its containers' kills are its
+                v1_pods.append((t, plan, ws))
+        for t, plan, ws in v1_pods:
+            if t.pod in killed:
+                used = max(self._peak(plan) or 0, ws or 0)
+                samples.append(Sample(now, t.pod, POD, memory=float(used), oom=True))
                 oomed.append(t)
         if seen != len(tracks):
             for files in [f for f, tr in tracks.items() if tr.seen != tick]:  # gone: close its files now

@@ -1,5 +1,9 @@
-"""The node's recommender state: one history per (pod, container), fed by samples, turned into
-recommendations, persisted and merged. Pure (the store and the sampler are the shell)."""
+"""The node's recommender state: one history per (pod, container), and per (pod, POD) the pod cgroup's of a
+pod that sets pod-level resources, fed by samples, turned into recommendations, persisted and merged. Pure
+(the store and the sampler are the shell).
+
+The file keeps pod histories in a list of their own (`pods`), beside `containers`: an agent of an older
+release reading it ignores them rather than taking the pod for a container named ""."""
 
 from __future__ import annotations
 
@@ -7,19 +11,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
+from agent.core.model import POD
 from agent.recommender.config import RecommenderSettings
 from agent.recommender.estimate import Recommendation, recommend
 from agent.recommender.model import ContainerHistory
 from agent.recommender.trace import Sample
 
 FORMAT_VERSION: Final = 1
-Key = tuple[str, str]  # (namespace/pod, container)
+Key = tuple[str, str]  # (namespace/pod, container or POD)
 
 
 @dataclass(frozen=True, slots=True)
 class ContainerRecommendation:
     pod: str
-    container: str
+    container: str  # POD: the pod level's
     recommendation: Recommendation
 
 
@@ -66,24 +71,32 @@ class RecommenderState:
             self.requests.pop(k, None)
         return gone
 
+    def containers_in(self, pod: str) -> int:
+        """The containers of a pod with a history: they share VPA's per-pod minimums (the pod level has
+        them whole)."""
+        return sum(1 for p, c in self.histories if p == pod and c != POD)
+
     def recommendations(self) -> list[ContainerRecommendation]:
         per_pod: dict[str, int] = {}
-        for pod, _ in self.histories:
-            per_pod[pod] = per_pod.get(pod, 0) + 1
+        for pod, c in self.histories:
+            per_pod[pod] = per_pod.get(pod, 0) + (c != POD)
         return [
-            ContainerRecommendation(pod, container, recommend(h, self.settings, per_pod[pod]))
+            ContainerRecommendation(pod, container, recommend(h, self.settings, 1 if container == POD else per_pod[pod]))
             for (pod, container), h in sorted(self.histories.items())
             if not (h.cpu.is_empty() and h.memory.is_empty())
         ]
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "version": FORMAT_VERSION,
-            "containers": [
-                {"pod": pod, "container": c, "requests": list(self.requests.get((pod, c), (None, None))), **h.to_dict()}
-                for (pod, c), h in sorted(self.histories.items())
-            ],
-        }
+        def item(pod: str, c: str, h: ContainerHistory) -> dict[str, object]:
+            return {"pod": pod, **({} if c == POD else {"container": c}),
+                    "requests": list(self.requests.get((pod, c), (None, None))), **h.to_dict()}
+
+        items = sorted(self.histories.items())
+        out: dict[str, object] = {"version": FORMAT_VERSION,
+                                  "containers": [item(p, c, h) for (p, c), h in items if c != POD]}
+        if any(c == POD for _, c in self.histories):
+            out["pods"] = [item(p, c, h) for (p, c), h in items if c == POD]
+        return out
 
     @classmethod
     def from_dict(cls, settings: RecommenderSettings, data: object) -> RecommenderState:
@@ -91,10 +104,10 @@ class RecommenderState:
             found = data.get("version") if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"not a version {FORMAT_VERSION} recommender state (found {found!r})")
         state = cls(settings)
-        containers = data.get("containers")
-        if not isinstance(containers, list):
-            raise ValueError("containers must be a list")
-        for item in containers:
+        containers, pods = data.get("containers"), data.get("pods", [])
+        if not isinstance(containers, list) or not isinstance(pods, list):
+            raise ValueError("containers and pods must be lists")
+        for item in [*containers, *({**p, "container": POD} if isinstance(p, dict) else p for p in pods)]:
             if not isinstance(item, dict) or not isinstance(item.get("pod"), str) or not isinstance(item.get("container"), str):
                 raise ValueError("each container needs pod and container names")
             key = (item["pod"], item["container"])

@@ -6,7 +6,8 @@ compared away from the node (`recommend --samples FILE`), and recorded from a li
     {"ts": 1764000000, "pod": "ns/name", "container": "c", "requests": {"cpu": "100m", "memory": "128Mi"}}
 
 `cpu` is cores averaged over the interval since the container's previous line, `memory` the working set in
-bytes. An OOM line's `memory` is what the container used when it was killed: it counts as a memory sample,
+bytes. A line without `container` is the pod cgroup's, of a pod that sets pod-level resources (POD): the
+usage of all its containers together, an OOM kill of any of them. An OOM line's `memory` is what the container used when it was killed: it counts as a memory sample,
 then VPA's OOM rule adds max(used + minBumpUp, used × ratio) with used = max(its memory request — from the
 latest request line —, the interval's peak).
 """
@@ -18,6 +19,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+from agent.core.model import POD
 from agent.infra.errors import PermanentError
 
 
@@ -42,7 +44,9 @@ class Sample(NamedTuple):
     request_memory: int | None = None
 
     def to_json(self) -> str:
-        out: dict[str, Any] = {"ts": self.ts, "pod": self.pod, "container": self.container}
+        out: dict[str, Any] = {"ts": self.ts, "pod": self.pod}
+        if self.container != POD:
+            out["container"] = self.container
         if self.request_cpu_milli is not None or self.request_memory is not None:
             req: dict[str, str] = {}
             if self.request_cpu_milli is not None:
@@ -86,11 +90,11 @@ def parse_line(text: str) -> Sample:
     ts = _number(obj, "ts", "UNIX seconds")
     if ts is None:
         raise ValueError("ts is missing")
-    pod, container = obj.get("pod"), obj.get("container")
+    pod, container = obj.get("pod"), obj.get("container", POD)
     if not isinstance(pod, str) or pod.count("/") != 1 or not all(pod.split("/")):
         raise ValueError(f"pod must be namespace/name, not {pod!r}")
-    if not isinstance(container, str) or not container:
-        raise ValueError(f"container must be a name, not {container!r}")
+    if not isinstance(container, str) or (not container and "container" in obj):
+        raise ValueError(f"container must be a name (no container: the pod cgroup), not {container!r}")
     oom = obj.get("oom", False)
     if not isinstance(oom, bool):
         raise ValueError("oom must be true or false")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from agent.core.compute.qos import compute_qos
+from agent.core.model import POD as POD  # re-exported: the target that carries `spec.resources`
 from agent.core.model import ContainerView, PodView, Resources
 from agent.vpa.defaults import MIN_CHANGE, POD_LIFETIME_S
 from agent.vpa.model import VPA, ContainerPolicy, ControlledValues, Recommendation, UpdateMode
@@ -32,7 +33,6 @@ INT64_MAX: Final = 2**63 - 1
 IN_PLACE_MODES: Final = frozenset({UpdateMode.IN_PLACE, UpdateMode.IN_PLACE_OR_RECREATE})
 RECREATE_MODES: Final = frozenset({UpdateMode.RECREATE, UpdateMode.AUTO})
 SAME: Final = "the recommendation is what the pod has"
-POD: Final = ""  # the target that carries the pod-level values (`spec.resources`): no container has this name
 
 
 @dataclass(frozen=True, slots=True)
