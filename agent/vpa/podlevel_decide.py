@@ -199,6 +199,57 @@ def restarted(pod: PodView, t: PodTarget, targets: tuple[ContainerTarget, ...]) 
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class _Sized:
+    """The pod-level target and the managed containers' before any gate on when (the updater's) or how
+    far (the working set): what both the node and the admission policy start from."""
+
+    rec: PodRecommendation
+    notes: tuple[str, ...]
+    target: PodTarget
+    managed: tuple[ContainerTarget, ...]
+    moving: tuple[ContainerTarget, ...]
+
+
+def _size(pod: PodView, vpa: VPA, bounds: PodBounds | None) -> _Sized | PodLevelVerdict:
+    """Steps 2-4 of docs/vpa-pod-level.md (recommendation, capping, target), or why nothing moves."""
+    if not pod_level_resources_set(pod):
+        return PodLevelVerdict(False, "the pod sets no pod-level resources (its containers are decided alone)")
+    policy = vpa.pod_policy
+    if policy is not None and policy.mode is PodScalingMode.OFF:
+        return PodLevelVerdict(False, "podPolicy mode Off leaves the pod-level resources alone")
+    raw = pod_recommendation(pod, vpa)
+    if raw is None:
+        return PodLevelVerdict(False, "the VPA has no recommendation yet")
+    rec, notes = capped_recommendation(pod, raw, policy, bounds)
+    t = pod_target(pod, rec.target, policy)
+    managed = managed_targets(pod, vpa)
+    moving = tuple(x for x in managed if (x.requests, x.limits) != _values(pod, x.container))
+    if (t.requests, t.limits) == (pod.pod_requests or EMPTY, pod.pod_limits or EMPTY) and not moving:
+        return PodLevelVerdict(False, SAME, recommendation=rec, notes=notes)
+    return _Sized(rec, notes, t, managed, moving)
+
+
+def _fitted(pod: PodView, vpa: VPA, s: _Sized, t: PodTarget, moving: tuple[ContainerTarget, ...],
+            held: tuple[str, ...], why_now: str) -> PodLevelVerdict:
+    """Steps 7-9: the containers fitted into `t`, the result valid and of the pod's QoS class."""
+    rec, notes = s.rec, s.notes
+    containers, refused = fit_containers(pod, vpa, t, moving)
+    if refused is not None:
+        return PodLevelVerdict(False, refused, recommendation=rec, notes=notes, held=held)
+    unchanged = (t.requests, t.limits) == (pod.pod_requests or EMPTY, pod.pod_limits or EMPTY)
+    if unchanged and not containers:
+        return PodLevelVerdict(False, "a memory decrease waits for the working set to allow it", recommendation=rec, notes=notes, held=held)
+    for res in RESOURCES:
+        req, lim = get(t.requests, res), get(t.limits, res)
+        if req is not None and lim is not None and req > lim:
+            return PodLevelVerdict(False, f"the pod-level {res} request {req} would be above its limit {lim}", recommendation=rec, notes=notes)
+    after = _with(pod, t, {x.container: x for x in containers})
+    if compute_qos(after).qos is not compute_qos(replace(pod, status_qos=None)).qos:
+        return PodLevelVerdict(False, "the recommendation would change the pod's QoS class", recommendation=rec, notes=notes)
+    return PodLevelVerdict(True, why_now, None if unchanged else t, containers, rec, notes, held, restarted(pod, t, containers))
+
+
 def decide_pod_level(
     pod: PodView,
     vpa: VPA,
@@ -215,22 +266,13 @@ def decide_pod_level(
     why = not_actuated_because(vpa, opts)
     if why is not None:
         return PodLevelVerdict(False, why)
-    if not pod_level_resources_set(pod):
-        return PodLevelVerdict(False, "the pod sets no pod-level resources (its containers are decided alone)")
+    s = _size(pod, vpa, bounds)
+    if isinstance(s, PodLevelVerdict):
+        return s
+    rec, notes, t, moving = s.rec, s.notes, s.target, s.moving
     policy = vpa.pod_policy
-    if policy is not None and policy.mode is PodScalingMode.OFF:
-        return PodLevelVerdict(False, "podPolicy mode Off leaves the pod-level resources alone")
-    raw = pod_recommendation(pod, vpa)
-    if raw is None:
-        return PodLevelVerdict(False, "the VPA has no recommendation yet")
-    rec, notes = capped_recommendation(pod, raw, policy, bounds)
-    t = pod_target(pod, rec.target, policy)
-    managed = managed_targets(pod, vpa)
-    moving = tuple(x for x in managed if (x.requests, x.limits) != _values(pod, x.container))
-    if (t.requests, t.limits) == (pod.pod_requests or EMPTY, pod.pod_limits or EMPTY) and not moving:
-        return PodLevelVerdict(False, SAME, recommendation=rec, notes=notes)
     outside, diff = _pod_priority(pod, rec, policy.controlled if policy is not None else ALL)
-    names = {x.container for x in managed}
+    names = {x.container for x in s.managed}
     c_out, c_diff = update_priority(replace(pod, containers=tuple(c for c in pod.containers if c.name in names)), vpa)
     outside, diff = outside or c_out, diff + c_diff
     if not outside and not quick_oom and reaction is None:
@@ -250,22 +292,18 @@ def decide_pod_level(
             held += [note] if note else []
             kept.append(x)
         moving = tuple(kept)
-    containers, refused = fit_containers(pod, vpa, t, moving)
-    if refused is not None:
-        return PodLevelVerdict(False, refused, recommendation=rec, notes=notes, held=tuple(held))
-    unchanged = (t.requests, t.limits) == (pod.pod_requests or EMPTY, pod.pod_limits or EMPTY)
-    if unchanged and not containers:
-        return PodLevelVerdict(False, "a memory decrease waits for the working set to allow it", recommendation=rec, notes=notes, held=tuple(held))
-    for res in RESOURCES:
-        req, lim = get(t.requests, res), get(t.limits, res)
-        if req is not None and lim is not None and req > lim:
-            return PodLevelVerdict(False, f"the pod-level {res} request {req} would be above its limit {lim}", recommendation=rec, notes=notes)
-    after = _with(pod, t, {x.container: x for x in containers})
-    if compute_qos(after).qos is not compute_qos(replace(pod, status_qos=None)).qos:
-        return PodLevelVerdict(False, "the recommendation would change the pod's QoS class", recommendation=rec, notes=notes)
-    return PodLevelVerdict(
-        True, why_now, None if unchanged else t, containers, rec, notes, tuple(held), restarted(pod, t, containers)
-    )
+    return _fitted(pod, vpa, s, t, moving, tuple(held), why_now)
+
+
+def at_creation(pod: PodView, vpa: VPA, bounds: PodBounds | None) -> PodLevelVerdict:
+    """The same sizing for a pod not created yet (the VPA admission policy, agent.vpa.admission): as VPA's
+    admission controller, no updater condition (a new pod takes the recommendation whatever it differs
+    by) and no working set (nothing runs yet); the gates on the VPA itself (opt-in, updateMode Off) are
+    the caller's."""
+    s = _size(pod, vpa, bounds)
+    if isinstance(s, PodLevelVerdict):
+        return s
+    return _fitted(pod, vpa, s, s.target, s.moving, (), "a new pod")
 
 
 def _values(pod: PodView, name: str) -> tuple[object, object]:
