@@ -35,6 +35,7 @@ from agent.pods import quantity
 from agent.pods.parse import PodParseError
 from agent.pods.sources.limitrange_rules import LimitRange, check_pod
 from agent.vpa.admission_pod import admitted_containers, container_bounds, limit_range_capped, template_pod
+from agent.vpa.admission_podlevel import ParamPod, pod_as_seen, pod_level_sets
 from agent.vpa.model import VPA, ContainerPolicy, ControlledValues, UpdateMode
 from agent.vpa.policy import ContainerTarget, Options, container_target
 
@@ -104,10 +105,12 @@ class AdmissionParams:
     updates: str = ""
     observed: str = ""
     skipped: str = ""
+    pod: ParamPod | None = None  # the pod level, for a template that sets `spec.resources`
 
     @property
     def sets(self) -> bool:
-        return not self.skipped and any(c.to_requests or c.to_limits for c in self.containers)
+        moved = (self.pod.to_requests or self.pod.to_limits) if self.pod is not None else False
+        return not self.skipped and (bool(moved) or any(c.to_requests or c.to_limits for c in self.containers))
 
 
 # ---- one VPA's parameter object ---------------------------------------------------------------------
@@ -232,20 +235,19 @@ def admission_params(
         )
     if vpa.mode is UpdateMode.OFF:
         return _skip(vpa, uid, owner, "updateMode Off")
-    if not vpa.recommendations:
+    if not vpa.recommendations and vpa.pod_recommendation is None:
         return _skip(vpa, uid, owner, "the VPA has no recommendation yet")
     if template_spec is None:
         return _skip(vpa, uid, owner, f"{target} is not found")
     try:
         pod = template_pod(vpa.namespace, template_spec, limit_ranges)
         bounds = container_bounds(limit_ranges)
+        pod_level = pod_as_seen(vpa.namespace, template_spec, limit_ranges)
     except (PodParseError, quantity.QuantityError) as err:
         return _skip(vpa, uid, owner, f"{target}'s pod template: {err}")
-    if pod.pod_requests is not None or pod.pod_limits is not None:
-        return _skip(
-            vpa, uid, owner, "the pod template has pod-level resources, which VPA does not support yet"
-        )
     raw = admitted_containers(template_spec, limit_ranges)
+    if pod_level is not None:
+        return _pod_level(vpa, uid, owner, *pod_level, raw, ranges)
     targets: dict[str, ContainerTarget] = {}
     containers: list[ParamContainer] = []
     updates: list[str] = []
@@ -285,6 +287,32 @@ def admission_params(
     )
 
 
+def _pod_level(
+    vpa: VPA,
+    uid: str,
+    owner: Owner,
+    pod: PodView,
+    seen: ParamPod,
+    raw: Sequence[Mapping[str, Any]],
+    ranges: Sequence[LimitRange],
+) -> AdmissionParams:
+    """A template that sets pod-level resources: the node's pod-level decision (agent.vpa.admission_podlevel),
+    the pod level judged as the node judges it, with the containers `from` as for any template."""
+    sets = pod_level_sets(vpa, pod, seen, ranges)
+    if sets.refused:
+        return _skip(vpa, uid, owner, sets.refused)
+    regular = (c for c in pod.containers if c.kind is ContainerKind.REGULAR)
+    containers = tuple(
+        ParamContainer(c.name, rc["resources"].get("requests", {}), rc["resources"].get("limits", {}),
+                       *sets.containers.get(c.name, ({}, {})))
+        for c, rc in zip(regular, raw, strict=True)
+    )
+    key = target_key(vpa.target_kind, vpa.target_name)
+    observed = ", ".join(c.name for c in containers)
+    updates = f"Pod resources updated by {vpa.name}: " + "; ".join(sets.said)
+    return AdmissionParams(vpa.namespace, vpa.name, uid, key, owner, containers, updates, observed, pod=sets.pod)
+
+
 def rivals_of(vpas: Iterable[VPA]) -> dict[str, tuple[str, ...]]:
     """For each VPA (by key), the other VPAs of its namespace with the same target."""
     by_target: dict[tuple[str, str, str], list[str]] = {}
@@ -313,7 +341,10 @@ def entry(p: AdmissionParams) -> dict[str, Any]:
         ],
         "updates": p.updates,
         "observed": p.observed,
-    }
+    } | ({"pod": {
+        "from": {"requests": dict(p.pod.from_requests), "limits": dict(p.pod.from_limits)},
+        "to": {"requests": dict(p.pod.to_requests), "limits": dict(p.pod.to_limits)},
+    }} if p.pod is not None else {})
 
 
 def namespace_object(namespace: str, params: Sequence[AdmissionParams]) -> dict[str, Any]:

@@ -146,11 +146,12 @@ def differs(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
 
 
 def _without_targets(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A parameter object's spec less what follows each new recommendation (each container's `to`, and
-    when the recommendation was observed)."""
+    """A parameter object's spec less what follows each new recommendation (each container's `to`, the
+    pod level's, and when the recommendation was observed)."""
     workloads = {
-        key: {**{k: v for k, v in entry.items() if k != "observed"},
-              "containers": [{k: v for k, v in c.items() if k != "to"} for c in entry.get("containers") or ()]}
+        key: {**{k: v for k, v in entry.items() if k not in ("observed", "pod")},
+              "containers": [{k: v for k, v in c.items() if k != "to"} for c in entry.get("containers") or ()],
+              **({"pod": {k: v for k, v in entry["pod"].items() if k != "to"}} if "pod" in entry else {})}
         for key, entry in (spec.get("workloads") or {}).items()
     }
     return {**spec, "workloads": workloads}
@@ -168,11 +169,13 @@ def only_targets_moved(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool
 
 
 def _targets(spec: Mapping[str, Any]) -> dict[tuple[str, str, str, str], float] | None:
-    """(workload, container, requests|limits, resource) -> the value set on new pods; None when unreadable."""
+    """(workload, container, requests|limits, resource) -> the value set on new pods, the pod level's under
+    container "" (agent.vpa.policy.POD); None when unreadable."""
     out: dict[tuple[str, str, str, str], float] = {}
     try:
         for key, entry in (spec.get("workloads") or {}).items():
-            for c in entry.get("containers") or ():
+            pod = [{"name": "", "to": entry["pod"].get("to")}] if "pod" in entry else []
+            for c in [*(entry.get("containers") or ()), *pod]:
                 for kind in ("requests", "limits"):
                     for res, q in ((c.get("to") or {}).get(kind) or {}).items():
                         out[(str(key), str(c.get("name")), kind, str(res))] = float(parse_any(q))

@@ -32,6 +32,8 @@ def vpa(
     opted: bool = True,
     name: str = "web",
     recs: list[dict[str, Any]] | None = None,
+    pod_policy: dict[str, Any] | None = None,
+    pod_rec: dict[str, str] | None = None,
 ) -> Any:
     raw: dict[str, Any] = {
         "metadata": {"name": name, "namespace": "ns", "annotations": {"kube-cgroup-agent.io/vpa-actuator": "node"} if opted else {}},
@@ -42,6 +44,10 @@ def vpa(
     if recs is None:
         recs = [{"containerName": "app", "target": target or {"cpu": "250m", "memory": "200Mi"}}]
     raw["status"] = {"recommendation": {"containerRecommendations": recs}} if recs else {}
+    if pod_policy is not None:
+        raw["spec"].setdefault("resourcePolicy", {})["podPolicy"] = pod_policy
+    if pod_rec is not None:
+        raw["status"].setdefault("recommendation", {})["podRecommendations"] = {"target": pod_rec}
     return parse_vpa(raw)
 
 
@@ -161,6 +167,9 @@ def test_container_bounds_merge_as_vpas_calculator() -> None:
 # ---- one VPA's parameters ----------------------------------------------------------------------
 
 
+# two containers sharing one pod-level budget (requests 200m/200Mi, limits 2×)
+PL = {"containers": [{"name": "app", "image": "i"}, {"name": "side", "image": "i"}],
+      "resources": {"requests": {"cpu": "200m", "memory": "200Mi"}, "limits": {"cpu": "400m", "memory": "400Mi"}}}
 BURSTABLE = template(app({"cpu": "100m", "memory": "100Mi"}, {"cpu": "200m", "memory": "300Mi"}), app({"cpu": "50m"}, name="side"))
 
 
@@ -212,7 +221,14 @@ def test_container_policy_and_qos(kw: dict[str, Any], tmpl: dict[str, Any], want
         (vpa(kind="Rollout"), BURSTABLE, [], (), "a Rollout target"),
         (vpa(policies=[{"containerName": "app", "mode": "Off"}]), BURSTABLE, [], (), "no container of the template"),
         (vpa(recs=[{"containerName": "other", "target": {"cpu": "1"}}]), BURSTABLE, [], (), "no container of the template"),
-        (vpa(), {"containers": [{"name": "app", "image": "i"}], "resources": {"requests": {"cpu": "1"}}}, [], (), "pod-level resources"),
+        # a pod-level template whose pod-level target is what it has: nothing to set
+        (vpa(target={"cpu": "1"}), {"containers": [{"name": "app", "image": "i"}], "resources": {"requests": {"cpu": "1"}}}, [], (),
+         "pod-level resources: the recommendation is what the pod has"),
+        # podPolicy Off on a pod that sets only pod-level resources
+        (vpa(pod_policy={"mode": "Off"}), PL, [], (), "pod-level resources: podPolicy mode Off"),
+        # a sidecar's limit above the new pod limit: it is never moved, so nothing is
+        (vpa(pod_rec={"cpu": "100m"}), {**PL, "initContainers": [{"name": "s", "image": "i", "restartPolicy": "Always", "resources": {"limits": {"cpu": "300m"}}}]},
+         [], (), "container s: its cpu limit 300 would be above the new pod limit 200"),
         # a Pod-scope max the capping does not cover: the pod is left as it is rather than refused
         (vpa(target={"cpu": "3", "memory": "200Mi"}), BURSTABLE, [lr({"type": "Pod", "max": {"cpu": "4"}})], (), "would refuse the result"),
     ],
@@ -267,3 +283,43 @@ def test_one_object_per_namespace_owned_by_each_of_its_vpas() -> None:
     app, side = obj["spec"]["workloads"]["Deployment/web"]["containers"]
     assert side == {"name": "side", "from": {"requests": {"cpu": "50m"}, "limits": {}}, "to": {"requests": {}, "limits": {}}}
     assert app["to"]["requests"] == {"cpu": "250m", "memory": str(200 * MI)}
+
+
+# ---- a template that sets pod-level resources ------------------------------------------------------
+
+
+def test_a_pod_level_template_gets_its_pod_level_values_and_the_containers_nothing() -> None:
+    p = params(vpa(recs=[{"containerName": "app", "target": {"cpu": "250m", "memory": "200Mi"}},
+                         {"containerName": "side", "target": {"cpu": "50m", "memory": "56Mi"}}]), PL)
+    assert p.skipped == "" and p.sets and p.pod is not None
+    # app's 250m/200Mi + side's 50m/56Mi; limits keep the ratio 2; from: the template's, as quantities
+    assert (dict(p.pod.from_requests), dict(p.pod.from_limits)) == ({"cpu": "200m", "memory": str(200 * MI)}, {"cpu": "400m", "memory": str(400 * MI)})
+    assert (dict(p.pod.to_requests), dict(p.pod.to_limits)) == ({"cpu": "300m", "memory": str(256 * MI)}, {"cpu": "600m", "memory": str(512 * MI)})
+    assert [to(p, c) for c in ("app", "side")] == [({}, {}), ({}, {})]  # containers without resources get none
+    assert p.updates == "Pod resources updated by web: pod: cpu request, memory request, cpu limit, memory limit"
+    obj = namespace_object("ns", [p])["spec"]["workloads"]["Deployment/web"]
+    assert obj["pod"]["to"] == {"requests": {"cpu": "300m", "memory": str(256 * MI)}, "limits": {"cpu": "600m", "memory": str(512 * MI)}}
+
+
+def test_a_pod_level_request_defaulted_from_the_containers_is_the_from() -> None:
+    """defaultPodRequests: pod-level limits alone take the containers' requests (app's 100m/100Mi), before
+    the LimitRanger's container defaults (side's 50m here), which are not counted."""
+    tmpl = {"containers": [{"name": "app", "image": "i", "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}}},
+                           {"name": "side", "image": "i"}],
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}
+    ranges = [lr({"type": "Container", "defaultRequest": {"cpu": "50m"}})]
+    p = params(vpa(pod_rec={"cpu": "400m"}), tmpl, ranges)
+    assert p.pod is not None and dict(p.pod.from_requests) == {"cpu": "100m", "memory": str(100 * MI)}
+    assert dict(p.pod.from_limits) == {"cpu": "1000m", "memory": str(1 << 30)}
+    # 400m, limit 1000m × 400 / 100; memory: the containers' sum without a recommendation is what it has
+    assert (dict(p.pod.to_requests), dict(p.pod.to_limits)) == ({"cpu": "400m"}, {"cpu": "4000m"})
+    assert [c.from_requests for c in p.containers] == [{"cpu": "100m", "memory": "100Mi"}, {"cpu": "50m"}]
+
+
+def test_a_pod_level_result_beyond_a_limitrange_leaves_the_pod_as_it_is() -> None:
+    """A Container max the pod-level decision does not cap (the node's decision does not either): the
+    containers it moves would break it, so nothing is set."""
+    tmpl = {"containers": [{"name": "app", "image": "i", "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "200m"}}}],
+            "resources": {"requests": {"cpu": "200m"}, "limits": {"cpu": "1"}}}
+    p = params(vpa(target={"cpu": "400m"}), tmpl, [lr({"type": "Container", "max": {"cpu": "500m"}})])
+    assert "would refuse the result" in p.skipped and "500m" in p.skipped

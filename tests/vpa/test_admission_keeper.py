@@ -14,7 +14,7 @@ from kubernetes import client
 from agent.daemon.vpa_admission import Keeper
 from agent.infra.apiserver import APIServer
 from agent.infra.metrics import KeeperMetrics
-from agent.vpa.admission_cluster import targets_within
+from agent.vpa.admission_cluster import only_targets_moved, targets_within
 from agent.vpa.policy import Options
 from tests.daemon.harness import Daemon
 from tests.e2e_k8s.nodes import wait_for
@@ -341,6 +341,18 @@ def test_targets_within_compares_each_value_to_the_larger_of_the_two(before: dic
         return {"spec": {"workloads": {"Deployment/web": {"containers": [{"name": "app", "to": {"requests": req, "limits": {}}}]}}}}
 
     assert targets_within(obj(before), obj(after), 0.10) is within
+
+
+def test_the_pod_levels_to_is_a_target_and_its_from_a_template() -> None:
+    def obj(to_cpu: str, from_cpu: str = "200m") -> dict[str, Any]:
+        pod = {"from": {"requests": {"cpu": from_cpu}, "limits": {}}, "to": {"requests": {"cpu": to_cpu}, "limits": {}}}
+        return {"metadata": {"labels": {}, "ownerReferences": []},
+                "spec": {"workloads": {"Deployment/web": {"containers": [], "pod": pod}}}}
+
+    # 8 % and 20 % up at pod level: the first is not written, the second may wait (only a target moved)
+    assert targets_within(obj("250m"), obj("270m"), 0.10) and not targets_within(obj("250m"), obj("300m"), 0.10)
+    assert only_targets_moved(obj("250m"), obj("300m"))
+    assert not only_targets_moved(obj("250m"), obj("250m", from_cpu="300m"))  # a new template: at once
 
 
 def test_an_applied_object_is_read_whole_before_its_connection_goes_back() -> None:
