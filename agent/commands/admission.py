@@ -130,9 +130,17 @@ def _render(pod_name: str, decisions: Sequence[AdmissionParams], wanted: list[tu
         )
         how = f" (a pod whose controller is {d.owner.kind} {d.owner.name}{suffix})" if d.owner else ""
         lines.append(f"{head} sets{how}:")
+        if d.pod is not None:
+            for kind, before, after in (
+                ("requests", d.pod.from_requests, d.pod.to_requests),
+                ("limits", d.pod.from_limits, d.pod.to_limits),
+            ):
+                lines.extend(f"  pod {kind}.{res}: {before.get(res, '-')} -> {value}" for res, value in after.items())
+            lines.extend(f"  pod: {note}" for note in d.pod.notes)
         for c in d.containers:
             if not (c.to_requests or c.to_limits):
-                lines.append(f"  {c.name}: unchanged (no recommendation, or its policy is Off)")
+                why = "sized by the pod level" if d.pod is not None else "no recommendation, or its policy is Off"
+                lines.append(f"  {c.name}: unchanged ({why})")
                 continue
             for kind, before, after in (
                 ("requests", c.from_requests, c.to_requests),

@@ -174,3 +174,18 @@ def test_explain_shows_a_pod_level_pods_recommendation_its_bounds_and_target(
     assert "decision: applied — a request outside the recommended range" in out
     assert "pod/requests/cpu: vpa" in out and "pod/limits/cpu: vpa" in out  # the pod cgroup follows the VPA's values
     assert node.read(quota) == before  # nothing written
+
+
+def test_explain_admission_shows_the_pod_level_values_a_new_pod_gets(capsys: pytest.CaptureFixture[str]) -> None:
+    samples = Path(__file__).resolve().parents[2] / "agent" / "commands" / "samples" / "admission"
+    assert main(["explain", "--admission", str(samples / "podlevel-deployment.yaml"), "--vpa", str(samples / "podlevel-vpa.yaml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # app's 250m/200Mi + log-shipper's 50m/56Mi = 300m/256Mi; cpu capped to maxAllowed 250m (limit 2×);
+    # memory to the request whose 2× limit is the Pod LimitRange's 480Mi: 200Mi × 480Mi / 400Mi = 240Mi
+    assert lines[1:5] == ["  pod requests.cpu: 200m -> 250m", f"  pod requests.memory: {200 * MI} -> {240 * MI}",
+                          "  pod limits.cpu: 400m -> 500m", f"  pod limits.memory: {400 * MI} -> {480 * MI}"]
+    assert "  pod: pod level memory capped to fit Max in Pod LimitRange" in lines
+    assert "  app: unchanged (sized by the pod level)" in lines
+    assert main(["explain", "--admission", str(samples / "podlevel-deployment.yaml"), "--vpa", str(samples / "podlevel-vpa.yaml"), "-o", "json"]) == 0
+    [entry] = json.loads(capsys.readouterr().out)
+    assert entry["pod"]["to"] == {"requests": {"cpu": "250m", "memory": str(240 * MI)}, "limits": {"cpu": "500m", "memory": str(480 * MI)}}
