@@ -7,19 +7,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agent.core.model import POD
 from agent.daemon.components import Component, DaemonContext
 from agent.infra.logging import get_logger
 from agent.recommender.estimate import recommend
 from agent.recommender.history import HistoryLoader, loader_for
+from agent.recommender.podlevel import PodCaps
 from agent.recommender.publish import Publisher
 from agent.recommender.sampler import Sampler, Target, reader_for, targets
 from agent.recommender.state import RecommenderState
 from agent.recommender.store import load, save
+from agent.vpa.model import PodScalingMode
+from agent.vpa.parse import parse_vpa
 
 log = get_logger("agent.recommender")
 SAVE_EVERY_S = 60.0
@@ -137,6 +141,15 @@ def _count_load(context: DaemonContext, outcome: str, found: int, asked: int) ->
     metrics.history_containers.labels("missing").inc(asked - found)
 
 
+def pod_caps(vpa: Mapping[str, Any]) -> PodCaps | None:
+    """The VPA's podPolicy (the field, else its annotation: agent.vpa.parse) as the recommender caps the pod
+    level with it; None when not stated. A VPA that cannot be read raises VPAParseError (a ValueError)."""
+    policy = parse_vpa(vpa).pod_policy
+    if policy is None:
+        return None
+    return PodCaps(policy.mode == PodScalingMode.OFF, policy.min_allowed, policy.max_allowed, policy.controlled)
+
+
 def recommender_component(context: DaemonContext) -> Component | None:
     settings = context.settings
     if not settings.recommender.enabled:
@@ -158,7 +171,7 @@ def recommender_component(context: DaemonContext) -> Component | None:
         # else one list a step narrowed by their target label
         read = NodeVPAs(APIServer(context.api), lambda: context.pods())
         publisher = Publisher(context.api, context.node, state, lambda: context.pods(),
-                              lambda: (context.vpas or read)())
+                              lambda: (context.vpas or read)(), pod_policy=pod_caps)
     history = loader_for(settings.recommender)
     if history is not None:
         history.on_load = lambda outcome, found, asked: _count_load(context, outcome, found, asked)

@@ -32,20 +32,20 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Final
 
-from agent.core.model import PodView
+from agent.core.model import POD, PodView
 from agent.infra.apiserver import MERGE_PATCH, APIServer, path
 from agent.infra.lease import LeaseView, acquire_lease, micro, release
 from agent.infra.logging import get_logger
-from agent.pods.quantity import parse
 from agent.recommender import wire
-from agent.recommender.config import BUCKET_GROWTH, RecommenderSettings
-from agent.recommender.estimate import recommend
+from agent.recommender.config import RecommenderSettings
 from agent.recommender.model import ContainerHistory
-from agent.recommender.render import as_vpa
-from agent.recommender.state import ContainerRecommendation, RecommenderState
+from agent.recommender.podlevel import FIELD, PodCaps, annotation_patch, observed, pod_entry
+from agent.recommender.state import RecommenderState
+from agent.recommender.status import comparable as comparable  # re-exported: the status is the publisher's
+from agent.recommender.status import status_for as status_for
+from agent.recommender.status import worth_writing as worth_writing
 
 log = get_logger("agent.recommender")
 RECOMMENDER_NAME: Final = "kube-cgroup-agent"
@@ -100,8 +100,8 @@ def vpa_label(key: str) -> str:
 
 
 def partial(state: RecommenderState, pod_keys: Iterable[str]) -> dict[str, ContainerHistory]:
-    """This node's history per container name, merged over the VPA's pods here (those still running and
-    those that left, while the state keeps them: the memory window)."""
+    """This node's history per container name (and the pod cgroups' under POD), merged over the VPA's pods
+    here (those still running and those that left, while the state keeps them: the memory window)."""
     wanted = set(pod_keys)
     out: dict[str, ContainerHistory] = {}
     for (key, container), h in state.histories.items():
@@ -112,19 +112,22 @@ def partial(state: RecommenderState, pod_keys: Iterable[str]) -> dict[str, Conta
 
 def node_history(node: str, now: float, entries: Mapping[str, Mapping[str, ContainerHistory]],
                  owner: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The node's NodeHistory: an entry per VPA ("namespace/name") with each container's histories."""
+    """The node's NodeHistory: an entry per VPA ("namespace/name") with each container's histories, and
+    one more (`pod_entry`) with the pod level's when the VPA's pods here set pod-level resources."""
     meta: dict[str, Any] = {"name": node, "labels": {vpa_label(k): "" for k in entries}}
     if owner is not None:
         meta["ownerReferences"] = [dict(owner)]
-    vpas = {k: {"containers": {c: wire.encode(h) for c, h in sorted(cs.items())}} for k, cs in sorted(entries.items())}
+    vpas = {k: {"containers": {c: wire.encode(h) for c, h in sorted(cs.items()) if c != POD}} for k, cs in sorted(entries.items())}
+    vpas.update({pod_entry(k): {"containers": {POD: wire.encode(cs[POD])}} for k, cs in entries.items() if POD in cs})
     return {"apiVersion": f"{HISTORY[0]}/{HISTORY[1]}", "kind": "NodeHistory", "metadata": meta,
             "spec": {"node": node, "updated": micro(now), "vpas": vpas}}
 
 
 def merge_histories(settings: RecommenderSettings, key: str, docs: Iterable[Mapping[str, Any]],
                     ) -> tuple[dict[str, ContainerHistory], list[str], list[str]]:
-    """Every node's histories of the VPA `key` merged per container; with the nodes merged and those whose
-    entry was unreadable (skipped: one node's bad object never blocks the others')."""
+    """Every node's histories of the VPA `key` merged per container (the pod level's under POD); with the
+    nodes merged and those whose entry was unreadable (skipped: one node's bad object never blocks the
+    others')."""
     out: dict[str, ContainerHistory] = {}
     nodes: list[str] = []
     bad: list[str] = []
@@ -137,8 +140,12 @@ def merge_histories(settings: RecommenderSettings, key: str, docs: Iterable[Mapp
         containers = entry.get("containers") if isinstance(entry, Mapping) else None
         if not isinstance(containers, Mapping):
             continue  # labelled but no entry (a write in between): nothing of this VPA there
+        pod = vpas.get(pod_entry(key)) if isinstance(vpas, Mapping) else None
+        pod_level = pod.get("containers") if isinstance(pod, Mapping) else None
         try:
-            decoded = {str(c): wire.decode(settings, text) for c, text in containers.items()}
+            decoded = {str(c): wire.decode(settings, text) for c, text in containers.items() if c != POD}
+            if isinstance(pod_level, Mapping) and POD in pod_level:
+                decoded[POD] = wire.decode(settings, pod_level[POD])
         except ValueError:
             bad.append(node)
             continue
@@ -146,80 +153,6 @@ def merge_histories(settings: RecommenderSettings, key: str, docs: Iterable[Mapp
             out.setdefault(c, ContainerHistory(settings)).merge(h)
         nodes.append(node)
     return out, sorted(nodes), sorted(bad)
-
-
-def status_for(settings: RecommenderSettings, merged: Mapping[str, ContainerHistory], now: float,
-               holder: str = "", nodes: int = 0) -> dict[str, Any]:
-    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    items = [
-        ContainerRecommendation("", name, recommend(h, settings, len(merged)))
-        for name, h in sorted(merged.items())
-        if not (h.cpu.is_empty() and h.memory.is_empty())
-    ]
-    low = [i.container for i in items if i.recommendation.confidence < 1.0]
-    by = f"merged by {holder} from {nodes} node(s)" if holder else ""
-    conditions = [
-        {"type": "RecommendationProvided", "status": "True" if items else "False", "lastTransitionTime": stamp,
-         "reason": "" if items else "NoSamples", "message": by if items else "no usage samples from any node yet"},
-        {"type": "LowConfidence", "status": "True" if low else "False", "lastTransitionTime": stamp,
-         "reason": "ShortHistory" if low else "", "message": f"less than a day of samples: {', '.join(low)}" if low else ""},
-    ]
-    return {"recommendation": {"containerRecommendations": [as_vpa(i) for i in items]}, "conditions": conditions}
-
-
-def comparable(status: Mapping[str, Any] | None) -> Any:
-    """A status as far as a write would change it: the recommendation and the conditions, without their
-    times."""
-    status = status or {}
-    conditions = [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
-                  if isinstance(c, Mapping)]
-    return {"recommendation": status.get("recommendation"), "conditions": sorted(conditions, key=lambda c: str(c.get("type")))}
-
-
-def _quantities(status: Mapping[str, Any] | None) -> dict[tuple[str, str, str], float] | None:
-    """(container, field, resource) -> value of a status's recommendation; None when unreadable."""
-    out: dict[tuple[str, str, str], float] = {}
-    try:
-        for c in ((status or {}).get("recommendation") or {}).get("containerRecommendations") or []:
-            for fld in ("target", "lowerBound", "upperBound", "uncappedTarget"):
-                for res, q in (c.get(fld) or {}).items():
-                    out[(str(c.get("containerName")), fld, str(res))] = float(parse(q, f"{fld}.{res}"))
-    except (ValueError, TypeError, AttributeError):
-        return None
-    return out
-
-
-def worth_writing(old: Mapping[str, Any] | None, new: Mapping[str, Any], min_change: float) -> bool:
-    """Whether a holder writes `new` over `old` (what it last wrote): a condition, a container or a field
-    that changed; a target that moved by more than `min_change` of the larger of the two values (to or from
-    zero always; with 0, any move); a bound (lowerBound, upperBound, uncappedTarget) that moved by more than
-    `min_change` and more than one histogram bucket.
-
-    Why not every change: every status write is a watch event to every node with the VPA's pods and to the
-    keeper, whose admission parameters follow each target. The bounds widen with the confidence, which
-    grows with every interval of history, so they move a little at every merge; a write a VPA an interval
-    is what upstream's recommender costs. And VPA's updater leaves a pod whose requests lie within
-    [lowerBound, upperBound] alone unless it has run 12 h and the sum over CPU and memory of
-    |request − target| / request reaches `--pod-update-threshold` (0.1): a target held back by less than
-    10 % is about that tolerance for one resource (two moving together reach it sooner). Since `old` is
-    what was last written, a target is never more than `min_change` behind the merge."""
-    if comparable(old)["conditions"] != comparable(new)["conditions"]:
-        return True
-    a, b = _quantities(old), _quantities(new)
-    if a is None or b is None or a.keys() != b.keys():
-        return True
-    bound_change = max(BUCKET_GROWTH, min_change)
-    for key, x in a.items():
-        y = b[key]
-        if x == y:
-            continue
-        larger = max(abs(x), abs(y))
-        if key[1] == "target":
-            if x == 0 or y == 0 or abs(x - y) > min_change * larger:
-                return True
-        elif abs(x - y) > bound_change * larger:
-            return True
-    return False
 
 
 # ---- shell ----
@@ -239,6 +172,9 @@ class Publisher:
     # errors, a 404 when there is no VPA CRD
     vpas: Callable[[], Sequence[Mapping[str, Any]]]
     clock: Callable[[], float] = time.time
+    # the VPA's podPolicy (agent.vpa reads it: the daemon passes agent.daemon.recommender.pod_caps); None:
+    # not stated. ValueError: unreadable
+    pod_policy: Callable[[Mapping[str, Any]], PodCaps | None] = lambda _vpa: None
     _members: dict[str, set[str]] = field(default_factory=dict)  # VPA key -> pod keys it selected here
     _leases: dict[tuple[str, str], LeaseView] = field(default_factory=dict)  # what each acquire learnt
     _held: set[tuple[str, str]] = field(default_factory=set)  # (namespace, VPA) whose Lease this node holds
@@ -339,14 +275,32 @@ class Publisher:
         merged, nodes, bad = merge_histories(self.state.settings, key, docs)
         if bad:
             log.warning("recommender.bad_history", vpa=key, nodes=bad)
-        status = status_for(self.state.settings, merged, self.clock(), self.node, len(nodes))
-        last = self._written.get(key, vpa.get("status"))
+        caps = self._caps(key, vpa) if POD in merged else None
+        status = status_for(self.state.settings, merged, self.clock(), self.node, len(nodes), caps)
+        last = self._written.get(key, observed(vpa))
         if not worth_writing(last, status, self.state.settings.status_min_change):
             return False
-        co.patch(_path(VPA, ns, name, "status"), {"status": status}, MERGE_PATCH)
-        self._written[key] = status
+        pod = status["recommendation"].get(FIELD)
+        body = {"status": {**status, "recommendation": {**status["recommendation"], FIELD: pod}}}  # None removes it
+        answer = co.patch(_path(VPA, ns, name, "status"), body, MERGE_PATCH)
+        kept = ((answer or {}).get("status") or {}).get("recommendation") or {}
         self.writes += 1
+        # a CRD without the field prunes it: the annotation carries it (a patch of the object's metadata)
+        patch = annotation_patch(vpa, pod if FIELD not in kept else None)
+        if patch is not None:
+            co.patch(_path(VPA, ns, name), patch, MERGE_PATCH)
+            self.writes += 1
+        self._written[key] = status
         return True
+
+    def _caps(self, key: str, vpa: Mapping[str, Any]) -> PodCaps | None:
+        """The VPA's podPolicy as the pod level is capped by; a VPA whose policy cannot be read gets no
+        pod-level recommendation (one warning), its containers' as before."""
+        try:
+            return self.pod_policy(vpa)
+        except ValueError as err:
+            log.warning("recommender.pod_policy", vpa=key, error=str(err))
+            return PodCaps(off=True)
 
     def _lead(self, ns: str, vpa: str, uid: str | None) -> bool:
         """Hold (or take over an expired) Lease `kcg-rec-<vpa>`; a conflict means another node won. A Lease

@@ -8,6 +8,7 @@ fragment, code, times)` makes matching requests answer an error status, `slow(..
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,6 +42,9 @@ class FakeCluster(PodRequests, ObjectStore):
     ghistory: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)  # (rv, key, type, obj)
     faults: list[list[Any]] = field(default_factory=list)  # [method, fragment, code, times left]
     delays: list[list[Any]] = field(default_factory=list)  # [method, fragment, seconds, times left]
+    # "group/version/resource" -> what the CRD's structural schema keeps of a written object (the API
+    # server prunes unknown fields); none: everything is kept
+    prunes: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for group, version, resource, kind in BUILTIN:  # what every API server serves, without a CRD

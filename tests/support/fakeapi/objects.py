@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from tests.support.fakeapi.patches import apply_patch
@@ -28,6 +29,7 @@ class ObjectStore:
     served: dict[str, tuple[str, bool]]  # "group/version/resource" -> (kind, namespaced)
     objects: dict[str, dict[tuple[str, str], dict[str, Any]]]  # key -> (ns, name) -> obj
     ghistory: list[tuple[int, str, str, dict[str, Any]]]  # (rv, key, type, obj)
+    prunes: dict[str, Callable[[dict[str, Any]], dict[str, Any]]]  # key -> what its schema keeps of an object
 
     # ---- test side ----
 
@@ -151,6 +153,8 @@ class ObjectStore:
             elif sub is None and "status" in old:  # the main resource leaves status alone
                 new = {**new, "status": old["status"]}
             new["metadata"]["uid"] = old["metadata"]["uid"]
+            if key in self.prunes:
+                new = self.prunes[key](new)
             store[(ns, name or "")] = new
             self._gemit(key, "MODIFIED", new)
             return 200, copy.deepcopy(new)
