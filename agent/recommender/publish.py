@@ -181,6 +181,7 @@ class Publisher:
     _written: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # VPA key -> the status it last wrote
     _version: str | None = None  # the NodeHistory's resourceVersion after this node's last write
     _owner: Mapping[str, Any] | None = None  # the Node's ownerReference, once read
+    _refused: set[str] = field(default_factory=set)  # VPAs whose annotation patch was forbidden (warned once)
     writes: int = 0
 
     def _server(self) -> APIServer:
@@ -288,10 +289,26 @@ class Publisher:
         # a CRD without the field prunes it: the annotation carries it (a patch of the object's metadata)
         patch = annotation_patch(vpa, pod if FIELD not in kept else None)
         if patch is not None:
-            co.patch(_path(VPA, ns, name), patch, MERGE_PATCH)
-            self.writes += 1
+            self._annotate(co, key, patch)
         self._written[key] = status
         return True
+
+    def _annotate(self, co: APIServer, key: str, patch: Mapping[str, Any]) -> None:
+        """Patch the VPA's pod-recommendation annotation. A role that may patch only the status (403): one
+        warning per VPA, the containers' status stands, the other VPAs are published."""
+        from kubernetes.client.exceptions import ApiException
+
+        ns, name = key.split("/", 1)
+        try:
+            co.patch(_path(VPA, ns, name), patch, MERGE_PATCH)
+        except ApiException as err:
+            if err.status != 403:
+                raise
+            if key not in self._refused:
+                log.warning("recommender.pod_annotation_refused", vpa=key, reason="patch of verticalpodautoscalers forbidden")
+                self._refused.add(key)
+            return
+        self.writes += 1
 
     def _caps(self, key: str, vpa: Mapping[str, Any]) -> PodCaps | None:
         """The VPA's podPolicy as the pod level is capped by; a VPA whose policy cannot be read gets no

@@ -198,3 +198,21 @@ def test_capped_stays_within_the_policy(cpu: int, memory: int, low: int, span: i
     for e in (r.target, r.lower, r.upper):
         assert low <= e.cpu_milli <= low + span and low <= e.memory <= low + span
     assert r.uncapped == Estimate(cpu, memory)
+
+
+def test_a_role_that_may_not_patch_the_vpa_keeps_the_containers_status(api: tuple[FakeCluster, client.ApiClient]) -> None:
+    """The shipped role may patch verticalpodautoscalers/status only: the annotation is refused (403), the
+    status is written and kept, the step goes on, and the next one does not write again."""
+    cluster, c = api
+    cluster.prunes[VPA_KEY] = _prune_pod_recommendations
+    cluster.fail("PATCH", "/verticalpodautoscalers/api$", 403, times=10)
+    now = [T0 + 86_400]
+    a, b = _publishers(c, now)
+    assert _both(a, b, now) == ["shop/api"]
+    vpa = cluster.get(*VPA, "shop", "api")
+    assert vpa is not None and [r["containerName"] for r in vpa["status"]["recommendation"]["containerRecommendations"]] == ["app", "side"]
+    assert POD_RECOMMENDATION_ANNOTATION not in (vpa["metadata"].get("annotations") or {})
+    writes = cluster.count("PATCH", STATUS)
+    now[0] += S.recommender_interval_s
+    b.step()
+    assert a.step() == [] and cluster.count("PATCH", STATUS) == writes
