@@ -105,3 +105,38 @@ def test_an_old_state_file_without_pods_still_reads() -> None:
     old = st.to_dict()
     assert "pods" not in old  # what releases before pod-level histories wrote
     assert RecommenderState.from_dict(s, old).histories.keys() == {("shop/api", "app")}
+
+
+@pytest.mark.parametrize(("line", "container"), [
+    ('{"ts": 1, "pod": "shop/api", "cpu": 0.5, "memory": 1000}', POD),  # no container: the pod cgroup
+    ('{"ts": 1, "pod": "shop/api", "container": "app", "cpu": 0.5}', "app"),
+    ('{"ts": 1, "pod": "shop/api", "oom": true, "memory": 1000}', POD),
+])
+def test_a_trace_line_without_a_container_is_the_pod_cgroups(line: str, container: str) -> None:
+    from agent.recommender.trace import parse_line
+
+    sample = parse_line(line)
+    assert sample.container == container and parse_line(sample.to_json()) == sample
+
+
+def test_an_empty_container_name_is_refused() -> None:
+    from agent.recommender.trace import parse_line
+
+    with pytest.raises(ValueError, match="container must be a name"):
+        parse_line('{"ts": 1, "pod": "shop/api", "container": "", "cpu": 0.5}')
+
+
+def test_the_recommend_output_shows_the_pod_level() -> None:
+    import json
+
+    from agent.recommender import render
+    from agent.recommender.trace import Sample
+
+    st = RecommenderState(RecommenderSettings())
+    for i in range(10):
+        st.observe(Sample(T0 + 60 * i, "shop/api", "app", cpu=0.2, memory=1e8))
+        st.observe(Sample(T0 + 60 * i, "shop/api", POD, cpu=0.3, memory=2e8))
+    [entry] = json.loads(render.to_json(st.recommendations()))["pods"]
+    assert [c["containerName"] for c in entry["containerRecommendations"]] == ["app"]
+    assert set(entry["podRecommendations"]) == {"target", "lowerBound", "upperBound", "uncappedTarget", "confidence"}
+    assert [row.split()[1] for row in render.to_table(st.recommendations()).splitlines()[1:]] == ["(pod)", "app"]
