@@ -60,6 +60,8 @@ def test_every_document_is_a_valid_object_of_its_kind() -> None:
         ("CustomResourceDefinition", "nodehistories.kube-cgroup-agent.io"),
         ("ValidatingAdmissionPolicy", "kube-cgroup-agent-node-history"),
         ("ValidatingAdmissionPolicyBinding", "kube-cgroup-agent-node-history"),
+        ("ValidatingAdmissionPolicy", "kube-cgroup-agent-vpa-annotation"),
+        ("ValidatingAdmissionPolicyBinding", "kube-cgroup-agent-vpa-annotation"),
         ("CustomResourceDefinition", "vpaadmissionparams.kube-cgroup-agent.io"),
         ("MutatingAdmissionPolicy", "kube-cgroup-agent-vpa"),
         ("MutatingAdmissionPolicyBinding", "kube-cgroup-agent-vpa"),
@@ -98,6 +100,8 @@ def test_the_cluster_role_grants_exactly_what_the_agent_uses() -> None:
         ("autoscaling.k8s.io", "verticalpodautoscalers", "list"),
         ("autoscaling.k8s.io", "verticalpodautoscalers", "watch"),
         ("autoscaling.k8s.io", "verticalpodautoscalers/status", "patch"),
+        # its pod-level recommendation's annotation, where the CRD lacks the field (confined by its policy)
+        ("autoscaling.k8s.io", "verticalpodautoscalers", "patch"),
         ("kube-cgroup-agent.io", "nodehistories", "get"),  # its own, after a restart
         ("kube-cgroup-agent.io", "nodehistories", "list"),  # a VPA's, by its label, to merge them
         ("kube-cgroup-agent.io", "nodehistories", "create"),  # its own only (the node-history policy)

@@ -30,7 +30,7 @@ def test_the_agents_token_reads_replicasets_by_name_only() -> None:
     assert not _can(AGENT, "list", "replicasets.apps") and not _can(AGENT, "watch", "replicasets.apps")
     assert _can(AGENT, "get", "replicasets.apps") and _can(AGENT, "get", "jobs.batch")
     assert _can(AGENT, "watch", "verticalpodautoscalers.autoscaling.k8s.io")
-    assert not _can(AGENT, "patch", "verticalpodautoscalers.autoscaling.k8s.io")
+    assert _can(AGENT, "patch", "verticalpodautoscalers.autoscaling.k8s.io")  # one annotation (its own policy)
 
 
 def _as(user: str, method: str, url_path: str, body: object, extra: dict[str, str] | None = None,
@@ -108,6 +108,43 @@ def test_the_keeper_may_change_a_vpas_target_label_and_nothing_else() -> None:
         print(f"\ne2e-k8s keeper policy: {refused[0].stderr.strip()[:200]}")
     finally:
         kubectl("delete", "namespace", NS, "--wait=false", ok=(0, 1))
+
+
+def test_an_agent_may_change_a_vpas_pod_recommendation_annotation_and_nothing_else() -> None:
+    """The recommender's pod-level recommendation where the CRD lacks the field: its one annotation, through
+    the kube-cgroup-agent-vpa-annotation policy on the real API server."""
+    ns = f"{NS}-rec"
+    kubectl("create", "namespace", ns, ok=(0, 1))
+    vpa = {"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
+           "metadata": {"name": "web", "namespace": ns, "labels": {"team": "a"}},
+           "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                    "updatePolicy": {"updateMode": "Off"}}}
+    try:
+        kubectl("apply", "-f", "-", stdin=json.dumps(vpa))
+
+        def patch(body: dict[str, object]) -> subprocess.CompletedProcess[str]:
+            pki = RK / "state" / "pki"
+            url = f"https://127.0.0.1:6443/apis/autoscaling.k8s.io/v1/namespaces/{ns}/verticalpodautoscalers/web"
+            done = subprocess.run(["curl", "-sS", "--cacert", str(pki / "ca.crt"), "--cert", str(pki / "admin.crt"),
+                                   "--key", str(pki / "admin.key"), "-H", f"Impersonate-User: {AGENT}",
+                                   "-H", "Content-Type: application/merge-patch+json", "-X", "PATCH", "-d", json.dumps(body),
+                                   "-w", "\n%{http_code}", url], capture_output=True, text=True, timeout=60)
+            answer, _, code = done.stdout.rpartition("\n")
+            return subprocess.CompletedProcess(done.args, 0 if code.startswith("2") else 1, answer, answer)
+
+        refused = [patch({"spec": {"updatePolicy": {"updateMode": "Auto"}}}),
+                   patch({"metadata": {"labels": {"team": "b"}}}),
+                   patch({"metadata": {"annotations": {"kube-cgroup-agent.io/vpa-actuator": "node"}}})]
+        for r in refused:
+            assert r.returncode != 0 and "may change only a VPA's kube-cgroup-agent.io/vpa-pod-recommendation" in r.stderr, r.stderr
+        rec = json.dumps({"target": {"cpu": "300m", "memory": "96Mi"}})
+        allowed = patch({"metadata": {"annotations": {"kube-cgroup-agent.io/vpa-pod-recommendation": rec}}})
+        assert allowed.returncode == 0, allowed.stderr
+        got = json.loads(kubectl("get", "vpa", "-n", ns, "web", "-o", "json"))
+        assert got["spec"]["updatePolicy"]["updateMode"] == "Off" and got["metadata"]["labels"]["team"] == "a"
+        assert got["metadata"]["annotations"]["kube-cgroup-agent.io/vpa-pod-recommendation"] == rec
+    finally:
+        kubectl("delete", "namespace", ns, "--wait=false", ok=(0, 1))
 
 
 def test_the_keeper_may_change_a_pods_rollout_turn_and_nothing_else_and_an_agent_may_not() -> None:
