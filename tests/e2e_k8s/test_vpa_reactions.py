@@ -50,10 +50,11 @@ BURST_S, PAUSE_S = 20, 40
 BURSTY_S = float(os.environ.get("KCG_REACT_BURSTY_S", "600"))
 SLOW = 3  # the v2 node is a TCG guest
 MI = 1 << 20
-BURN = (  # bursts once /tmp/go exists, until /tmp/stop does
-    "until [ -f /tmp/go ]; do sleep 0.2; done; "
+BURN = (  # bursts once /tmp/go exists, until /tmp/stop does; waiting costs one `sleep` a second (under TCG a
+    # fork a fifth of a second was enough to throttle a 200m container before its first burst)
+    "until [ -f /tmp/go ]; do sleep 1; done; "
     f"while [ ! -f /tmp/stop ]; do busybox timeout {BURST_S} sh -c 'while :; do :; done'; "
-    f"i=0; while [ $i -lt {PAUSE_S * 5} ] && [ ! -f /tmp/stop ]; do sleep 0.2; i=$((i+1)); done; done; "
+    f"i=0; while [ $i -lt {PAUSE_S} ] && [ ! -f /tmp/stop ]; do sleep 1; i=$((i+1)); done; done; "
     "sleep 1000000"
 )
 GROW = "sleep 2; a=$(head -c 40000000 /dev/zero | busybox tr '\\0' x); echo held ${#a}; sleep 1000000"
@@ -167,6 +168,8 @@ def _cpu(node: str, offset_s: float, out: dict[str, Any]) -> None:
     wait_for("the container's quota (200m)", lambda: container_value(node, pod, "cpu_quota") == 20000, 30 * slow)
     follow = Follow(name).start()
     time.sleep(offset_s)
+    at_start = follow.changes[-1][1] or 0
+    assert at_start == 200, f"{node}: raised before its first burst: {follow.changes}"
     t0 = time.monotonic()
     kubectl("exec", pod, "--", "sh", "-c", ": > /tmp/go")
     raised = wait_for("the spec's CPU limit raised", lambda: next((t for t, c, _ in follow.changes if t >= t0 and (c or 0) > 200), None),

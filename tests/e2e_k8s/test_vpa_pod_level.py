@@ -1,0 +1,155 @@
+"""VPA for pod-level resources on both real nodes (docs/vpa-pod-level.md), the agent as its DaemonSet: a Deployment
+of two-container pods with only pod-level resources (`spec.resources`; the containers set none) and a VPA that opts
+in, its pod-level recommendation in the annotation kube-cgroup-agent.io/vpa-pod-recommendation (the test CRD,
+like every VPA CRD today, has no `podRecommendations` field).
+
+- in place: the recommendation outside the pod's range → the agent's pods/resize of `spec.resources` (limits
+  proportional), the pod UID and restart counts kept; timed from the VPA's update to the pod cgroup's CPU
+  limit written by the kubelet (figure 8); then every value `diff --all` computes for the pod and the tiers
+  equals the node's file (0 disagreements);
+- mode Off: a later recommendation leaves the pod alone;
+- at creation (mode Initial): the Deployment's next pod is created with the recommendation by the admission
+  policy, before any resize.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import provenance
+from tests.e2e_k8s.nodes import (
+    IMAGE,
+    NODES,
+    V2_NODE,
+    NodeAgent,
+    compare,
+    kubectl,
+    needs_cluster,
+    read_files,
+    short,
+    wait_for,
+)
+
+pytestmark = needs_cluster
+SLOW = 3
+ANNOTATION = "kube-cgroup-agent.io/vpa-pod-recommendation"
+
+
+@pytest.fixture(scope="module")
+def agents() -> Iterator[dict[str, NodeAgent]]:
+    wait_for("the VPA CRD", lambda: "verticalpodautoscalers" in kubectl("api-resources", "--api-group", "autoscaling.k8s.io"), 60)
+    found = {node: NodeAgent(node) for node in NODES}
+    for node, agent in found.items():
+        wait_for(f"the agent Ready on {node}", agent.ready, 300)
+    try:
+        yield found
+    finally:
+        kubectl("delete", "deployment,vpa", "-l", "kcg-e2e=podlevel", "--wait=false")
+
+
+def _deployment(name: str, node: str) -> dict[str, Any]:
+    def ctr(n: str) -> dict[str, Any]:
+        return {"name": n, "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "1000000"]}
+
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default", "labels": {"kcg-e2e": "podlevel"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
+            "metadata": {"labels": {"app": name}},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 1,
+                     "resources": {"requests": {"cpu": "200m", "memory": "64Mi"}, "limits": {"cpu": "400m", "memory": "128Mi"}},
+                     "containers": [ctr("a"), ctr("b")]}}},
+    }
+
+
+def _recommendation(cpu: str, lower: str, upper: str, memory: str = "96Mi") -> str:
+    return json.dumps({"target": {"cpu": cpu, "memory": memory}, "lowerBound": {"cpu": lower, "memory": "80Mi"},
+                       "upperBound": {"cpu": upper, "memory": "128Mi"}})
+
+
+def _vpa(name: str, mode: str, recommendation: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
+        "metadata": {"name": name, "namespace": "default", "labels": {"kcg-e2e": "podlevel"},
+                     "annotations": {"kube-cgroup-agent.io/vpa-actuator": "node", ANNOTATION: recommendation}},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                 "updatePolicy": {"updateMode": mode}},
+    }
+
+
+def _pod(name: str, node: str, not_uid: str = "") -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        pods = json.loads(kubectl("get", "pods", "-l", f"app={name}", "-o", "json"))["items"]
+        return next((p for p in pods if p["status"].get("phase") == "Running" and p["metadata"]["uid"] != not_uid
+                     and not p["metadata"].get("deletionTimestamp")), None)
+
+    return wait_for(f"{name} Running", probe, 90 * (SLOW if node == V2_NODE else 1))
+
+
+def _pod_cpu_quota(node: str, uid: str) -> int | None:
+    """The pod cgroup's CFS quota (µs a period; -1 or max unlimited) as the node's file holds it."""
+    if node == V2_NODE:
+        path = f"/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice/cpu.max"
+    else:
+        path = f"/sys/fs/cgroup/cpu/realk8s/kubepods/burstable/pod{uid}/cpu.cfs_quota_us"
+    text = read_files(node, [path])[path]
+    if text is None:
+        return None
+    first = text.split()[0]
+    return -1 if first == "max" else int(first)
+
+
+def _resources(name: str, uid: str) -> dict[str, Any]:
+    pod = json.loads(kubectl("get", "pod", name, "-o", "json"))
+    assert pod["metadata"]["uid"] == uid
+    return dict(pod["spec"].get("resources") or {})
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_pod_level_vpa_in_place_off_and_at_creation(agents: dict[str, NodeAgent], node: str) -> None:
+    agent, name, slow = agents[node], f"pl-{short(node)}", SLOW if node == V2_NODE else 1
+    kubectl("apply", "-f", "-", stdin=json.dumps(_deployment(name, node)))
+    pod = _pod(name, node)
+    pname, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+    wait_for("the pod cgroup's quota (400m)", lambda: _pod_cpu_quota(node, uid) == 40000, 30 * slow)
+
+    t0 = time.monotonic()
+    kubectl("apply", "-f", "-", stdin=json.dumps(_vpa(name, "InPlace", _recommendation("300m", "250m", "400m"))))
+    wait_for("the pod-level limit (600m) in the pod cgroup", lambda: _pod_cpu_quota(node, uid) == 60000, 60 * slow, 0.1)
+    to_cgroup_ms = (time.monotonic() - t0) * 1000
+    res = _resources(pname, uid)
+    assert res["requests"] == {"cpu": "300m", "memory": str(96 << 20)}, res  # VPA's target
+    assert res["limits"] == {"cpu": "600m", "memory": str(192 << 20)}, res  # the pod's ratio 2 kept
+    after = json.loads(kubectl("get", "pod", pname, "-o", "json"))
+    assert all(c["restartCount"] == 0 for c in after["status"]["containerStatuses"])
+    assert all(not c.get("resources") for c in after["spec"]["containers"])  # the containers still set none
+    comparison = wait_for("diff --all agreeing with the node", lambda: (c := compare(node, agent.diff(), {uid})).disagreements == () and c,
+                          60 * slow, 2.0)
+    assert comparison.compared > 0 and comparison.pods == 1
+
+    kubectl("patch", "vpa", name, "--type", "merge", "-p", json.dumps({
+        "spec": {"updatePolicy": {"updateMode": "Off"}},
+        "metadata": {"annotations": {ANNOTATION: _recommendation("500m", "450m", "600m")}}}))
+    time.sleep(10 * slow)
+    assert _resources(pname, uid)["requests"]["cpu"] == "300m"  # mode Off: left alone
+
+    kubectl("patch", "vpa", name, "--type", "merge", "-p", json.dumps({"spec": {"updatePolicy": {"updateMode": "Initial"}}}))
+    wait_for("the admission parameters holding the pod level", lambda: "500m" in kubectl(
+        "get", "vpaadmissionparams", "vpa-admission", "-o", "json", "--ignore-not-found"), 60)
+    kubectl("delete", "pod", pname, "--wait=false")
+    fresh = _pod(name, node, not_uid=uid)
+    created = fresh["spec"]["resources"]
+    assert created["requests"]["cpu"] == "500m" and created["limits"]["cpu"] == "1", created  # at creation
+    assert all(not c.get("resources") for c in fresh["spec"]["containers"])
+    print(f"\ne2e-k8s: {node}: pod-level VPA annotation -> pod cgroup written by the kubelet after {to_cgroup_ms:.0f} ms")
+    if out := os.environ.get("KCG_E2E_K8S_OUT"):
+        provenance.record(Path(out), f"pod-level {node}", lambda data: data.setdefault("pod_level_vpa_to_cgroup_ms", {}).update(
+            {node: to_cgroup_ms}))
+    kubectl("delete", "deployment,vpa", name, "--wait=false")
