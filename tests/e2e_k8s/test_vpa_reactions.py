@@ -167,6 +167,7 @@ def _cpu(node: str, offset_s: float, out: dict[str, Any]) -> None:
     pod = _pod(name, node)
     wait_for("the container's quota (200m)", lambda: container_value(node, pod, "cpu_quota") == 20000, 30 * slow)
     follow = Follow(name).start()
+    wait_for("the first look at the pod", lambda: follow.changes, 30 * slow)
     time.sleep(offset_s)
     at_start = follow.changes[-1][1] or 0
     assert at_start == 200, f"{node}: raised before its first burst: {follow.changes}"
