@@ -143,12 +143,13 @@ def _reactions(r: dict[str, Any] | None) -> list[str]:
     lines = ["", "Reactions in place (`test_vpa_reactions.py`, `vpa.react` as shipped): a container at its 200m limit with",
              f"one busy thread in bursts ({r['bursty_s'] / 60:.0f} minutes of 20 s busy, 40 s idle; maxAllowed 600m); timed from the",
              "test's start of the first burst. VPA upstream has no throttling signal: its recommender and updater run once",
-             "a minute, and its answer is an eviction. A container growing to ~80 MB under a 64Mi limit (Guaranteed):",
+             "a minute, and its answer is an eviction. A container growing to ~80 MB under a 64Mi memory limit (request 64Mi),",
+             "OOM-killed: VPA's OOM bump, in place (the kill timed from the 0.5 s poll that first saw it in the pod status).",
              "", "| node | starved → spec raised | → quota written | CPU limits over the bursts | lowered / oscillations |"
              " back after the load | OOM kills | kill → memory bumped | memory limits | evictions |", "|---|---|---|---|---|---|---|---|---|---|"]
     for node in sorted(cpu):
         c, o = cpu[node], oom.get(node, {})
-        limits = " → ".join(f"{m}m" for m in c["cpu_limits_during"])
+        limits = " → ".join(f"{m}m" for m in [200, *c["cpu_limits_during"]])
         mem = " → ".join(f"{m >> 20}Mi" for m in o.get("memory_limits", []) if m)
         lines.append(f"| {node} | {c['raise_spec_s']:.1f} s | {c['raise_cgroup_s']:.1f} s | {limits} | {c['lowered_during']} / "
                      f"{c['oscillations']} | {c['restored_after_stop_s']:.0f} s | {o.get('kills', '?')} | "
