@@ -131,6 +131,20 @@ def e2e_k8s(d: dict[str, Any]) -> list[str]:
         ),
         *_across_nodes(d),
         *_reactions(d.get("reactions")),
+        *(
+            [
+                "",
+                "VPA for pod-level resources (`test_vpa_pod_level.py`): a two-container pod with only `spec.resources` and a VPA",
+                "that opts in, its pod-level recommendation in the annotation; from the VPA's creation to the pod cgroup's CPU",
+                "limit written by the kubelet after the agent's `pods/resize` of `spec.resources`: "
+                + ", ".join(f"{n} {ms / 1000:.2f} s" for n, ms in sorted(d["pod_level_vpa_to_cgroup_ms"].items()))
+                + " (the VPA found through the node's watch, the decision, the resize, the kubelet's actuation); the pod",
+                "cgroup and the tiers then as `diff --all` computes them (0 disagreements), mode Off left alone, and the next",
+                "pod created with the recommendation by the admission policy.",
+            ]
+            if "pod_level_vpa_to_cgroup_ms" in d
+            else []
+        ),
         "",
     ]
 
