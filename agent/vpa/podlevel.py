@@ -23,7 +23,7 @@ from typing import Final, Protocol
 
 from agent.core.model import EMPTY, PodView, Resources
 from agent.vpa.model import VPA, ControlledValues, PodPolicy, PodRecommendation
-from agent.vpa.policy import capped, proportional_limit
+from agent.vpa.policy import api_values, capped, proportional_limit
 
 RESOURCES: Final = ("cpu", "memory")
 ALL: Final = frozenset(RESOURCES)
@@ -216,13 +216,4 @@ def pod_target(pod: PodView, target: Resources, policy: PodPolicy | None) -> Pod
 
 def api_pod_resources(t: PodTarget) -> dict[str, dict[str, str]]:
     """The target as the API writes `spec.resources` (cpu and memory; what a pods/resize body carries)."""
-    out: dict[str, dict[str, str]] = {}
-    for kind, r in (("requests", t.requests), ("limits", t.limits)):
-        values = {}
-        if r.cpu_milli is not None:
-            values["cpu"] = f"{r.cpu_milli}m"
-        if r.memory is not None:
-            values["memory"] = str(r.memory)
-        if values:
-            out[kind] = values
-    return out
+    return api_values(t.requests, t.limits)

@@ -137,8 +137,14 @@ def clamped_targets(pod: PodView, vpa: VPA) -> tuple[ContainerTarget, ...]:
 def api_resources(t: ContainerTarget) -> dict[str, dict[str, str]]:
     """The target as the API writes a container's resources (millicores, bytes): what a proposal carries
     and what a pods/resize patch sends."""
+    return api_values(t.requests, t.limits)
+
+
+def api_values(requests: Resources, limits: Resources) -> dict[str, dict[str, str]]:
+    """Requests and limits as the API writes them (cpu in millicores, memory in bytes), for a container's
+    resources or a pod's `spec.resources`."""
     out: dict[str, dict[str, str]] = {}
-    for kind, r in (("requests", t.requests), ("limits", t.limits)):
+    for kind, r in (("requests", requests), ("limits", limits)):
         values = {}
         if r.cpu_milli is not None:
             values["cpu"] = f"{r.cpu_milli}m"

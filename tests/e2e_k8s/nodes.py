@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -353,3 +353,16 @@ def container_value(node: str, pod: str, value: str, namespace: str = "default")
         return None
     first = text.split()[0]
     return -1 if first == "max" else int(first)
+
+
+def vpa_agents(label: str) -> Iterator[dict[str, NodeAgent]]:
+    """A module fixture's body: the VPA CRD served and the DaemonSet's agent Ready on each node; afterwards the
+    module's Deployments and VPAs (`label`) are deleted."""
+    wait_for("the VPA CRD", lambda: "verticalpodautoscalers" in kubectl("api-resources", "--api-group", "autoscaling.k8s.io"), 60)
+    found = {node: NodeAgent(node) for node in NODES}
+    for node, agent in found.items():
+        wait_for(f"the agent Ready on {node}", agent.ready, 300)
+    try:
+        yield found
+    finally:
+        kubectl("delete", "deployment,vpa", "-l", label, "--wait=false")

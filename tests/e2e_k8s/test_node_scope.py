@@ -26,6 +26,19 @@ def _can(user: str, *what: str) -> bool:
     return out.stdout.strip() == "yes"
 
 
+def _patch_vpa(user: str, ns: str, body: dict[str, object]) -> subprocess.CompletedProcess[str]:
+    """A merge patch of VPA `web` as `user` sends it: the admin's certificate impersonating that ServiceAccount
+    (kubectl patch would GET the object first, a verb the keeper has not got); returncode 0 when admitted."""
+    pki = RK / "state" / "pki"
+    url = f"https://127.0.0.1:6443/apis/autoscaling.k8s.io/v1/namespaces/{ns}/verticalpodautoscalers/web"
+    done = subprocess.run(["curl", "-sS", "--cacert", str(pki / "ca.crt"), "--cert", str(pki / "admin.crt"),
+                           "--key", str(pki / "admin.key"), "-H", f"Impersonate-User: {user}",
+                           "-H", "Content-Type: application/merge-patch+json", "-X", "PATCH", "-d", json.dumps(body),
+                           "-w", "\n%{http_code}", url], capture_output=True, text=True, timeout=60)
+    answer, _, code = done.stdout.rpartition("\n")
+    return subprocess.CompletedProcess(done.args, 0 if code.startswith("2") else 1, answer, answer)
+
+
 def test_the_agents_token_reads_replicasets_by_name_only() -> None:
     assert not _can(AGENT, "list", "replicasets.apps") and not _can(AGENT, "watch", "replicasets.apps")
     assert _can(AGENT, "get", "replicasets.apps") and _can(AGENT, "get", "jobs.batch")
@@ -85,16 +98,7 @@ def test_the_keeper_may_change_a_vpas_target_label_and_nothing_else() -> None:
                          ["metadata"].get("labels", {}).get("kube-cgroup-agent.io/target"), 60, 0.5)
 
         def patch(body: dict[str, object]) -> subprocess.CompletedProcess[str]:
-            """A merge patch as the keeper sends it: the admin's certificate impersonating the keeper's
-            ServiceAccount (kubectl patch would GET the object first, a verb the keeper has not got)."""
-            pki = RK / "state" / "pki"
-            url = f"https://127.0.0.1:6443/apis/autoscaling.k8s.io/v1/namespaces/{NS}/verticalpodautoscalers/web"
-            done = subprocess.run(["curl", "-sS", "--cacert", str(pki / "ca.crt"), "--cert", str(pki / "admin.crt"),
-                                   "--key", str(pki / "admin.key"), "-H", f"Impersonate-User: {KEEPER}",
-                                   "-H", "Content-Type: application/merge-patch+json", "-X", "PATCH", "-d", json.dumps(body),
-                                   "-w", "\n%{http_code}", url], capture_output=True, text=True, timeout=60)
-            answer, _, code = done.stdout.rpartition("\n")
-            return subprocess.CompletedProcess(done.args, 0 if code.startswith("2") else 1, answer, answer)
+            return _patch_vpa(KEEPER, NS, body)
 
         refused = [patch({"spec": {"updatePolicy": {"updateMode": "Auto"}}}),
                    patch({"metadata": {"labels": {"team": "b"}}}),
@@ -123,14 +127,7 @@ def test_an_agent_may_change_a_vpas_pod_recommendation_annotation_and_nothing_el
         kubectl("apply", "-f", "-", stdin=json.dumps(vpa))
 
         def patch(body: dict[str, object]) -> subprocess.CompletedProcess[str]:
-            pki = RK / "state" / "pki"
-            url = f"https://127.0.0.1:6443/apis/autoscaling.k8s.io/v1/namespaces/{ns}/verticalpodautoscalers/web"
-            done = subprocess.run(["curl", "-sS", "--cacert", str(pki / "ca.crt"), "--cert", str(pki / "admin.crt"),
-                                   "--key", str(pki / "admin.key"), "-H", f"Impersonate-User: {AGENT}",
-                                   "-H", "Content-Type: application/merge-patch+json", "-X", "PATCH", "-d", json.dumps(body),
-                                   "-w", "\n%{http_code}", url], capture_output=True, text=True, timeout=60)
-            answer, _, code = done.stdout.rpartition("\n")
-            return subprocess.CompletedProcess(done.args, 0 if code.startswith("2") else 1, answer, answer)
+            return _patch_vpa(AGENT, ns, body)
 
         refused = [patch({"spec": {"updatePolicy": {"updateMode": "Auto"}}}),
                    patch({"metadata": {"labels": {"team": "b"}}}),

@@ -36,6 +36,7 @@ from tests.e2e_k8s.nodes import (
     needs_cluster,
     read_files,
     short,
+    vpa_agents,
     wait_for,
 )
 
@@ -46,14 +47,7 @@ ANNOTATION = "kube-cgroup-agent.io/vpa-pod-recommendation"
 
 @pytest.fixture(scope="module")
 def agents() -> Iterator[dict[str, NodeAgent]]:
-    wait_for("the VPA CRD", lambda: "verticalpodautoscalers" in kubectl("api-resources", "--api-group", "autoscaling.k8s.io"), 60)
-    found = {node: NodeAgent(node) for node in NODES}
-    for node, agent in found.items():
-        wait_for(f"the agent Ready on {node}", agent.ready, 300)
-    try:
-        yield found
-    finally:
-        kubectl("delete", "deployment,vpa", "-l", "kcg-e2e=podlevel", "--wait=false")
+    yield from vpa_agents("kcg-e2e=podlevel")
 
 
 def _deployment(name: str, node: str) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from tests.e2e_k8s.nodes import (
     kubectl,
     needs_cluster,
     short,
+    vpa_agents,
     wait_for,
 )
 
@@ -62,14 +63,7 @@ GROW = "sleep 2; a=$(head -c 40000000 /dev/zero | busybox tr '\\0' x); echo held
 
 @pytest.fixture(scope="module")
 def agents() -> Iterator[dict[str, NodeAgent]]:
-    wait_for("the VPA CRD", lambda: "verticalpodautoscalers" in kubectl("api-resources", "--api-group", "autoscaling.k8s.io"), 60)
-    found = {node: NodeAgent(node) for node in NODES}
-    for node, agent in found.items():
-        wait_for(f"the agent Ready on {node}", agent.ready, 300)
-    try:
-        yield found
-    finally:
-        kubectl("delete", "deployment,vpa", "-l", LABEL, "--wait=false")
+    yield from vpa_agents(LABEL)
 
 
 def _deployment(name: str, node: str, script: str, requests: dict[str, str], limits: dict[str, str]) -> dict[str, Any]:
