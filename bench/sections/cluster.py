@@ -140,7 +140,9 @@ def e2e_k8s(d: dict[str, Any]) -> list[str]:
                 + ", ".join(f"{n} {ms / 1000:.2f} s" for n, ms in sorted(d["pod_level_vpa_to_cgroup_ms"].items()))
                 + " (the VPA found through the node's watch, the decision, the resize, the kubelet's actuation); the pod",
                 "cgroup and the tiers then as `diff --all` computes them (0 disagreements), mode Off left alone, and the next",
-                "pod created with the recommendation by the admission policy.",
+                "pod created with the recommendation by the admission policy. A pod holding 150 MiB in its tmpfs: the panic",
+                "button held a 50Mi recommendation back; released, the pod-level memory limit went down from 400Mi and stopped",
+                "above what the pod cgroup held.",
             ]
             if "pod_level_vpa_to_cgroup_ms" in d
             else []

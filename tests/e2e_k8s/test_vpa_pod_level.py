@@ -7,7 +7,8 @@ like every VPA CRD today, has no `podRecommendations` field).
   proportional), the pod UID and restart counts kept; timed from the VPA's update to the pod cgroup's CPU
   limit written by the kubelet (figure 8); then every value `diff --all` computes for the pod cgroup and the
   tiers equals the node's file (0 disagreements; the containers' are the kubelet's own difference, below);
-- mode Off: a later recommendation leaves the pod alone;
+- mode Off: a later recommendation leaves the pod alone; the panic button too, and once released a lowering
+  recommendation stops the pod-level memory limit above what the pod cgroup holds;
 - at creation (mode Initial): the Deployment's next pod is created with the recommendation by the admission
   policy, before any resize.
 """
@@ -90,16 +91,8 @@ def _pod(name: str, node: str, not_uid: str = "") -> dict[str, Any]:
 
 
 def _pod_cpu_quota(node: str, uid: str) -> int | None:
-    """The pod cgroup's CFS quota (µs a period; -1 or max unlimited) as the node's file holds it."""
-    if node == V2_NODE:
-        path = f"/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice/cpu.max"
-    else:
-        path = f"/sys/fs/cgroup/cpu/realk8s/kubepods/burstable/pod{uid}/cpu.cfs_quota_us"
-    text = read_files(node, [path])[path]
-    if text is None:
-        return None
-    first = text.split()[0]
-    return -1 if first == "max" else int(first)
+    """The pod cgroup's CFS quota (µs a period; -1 unlimited) as the node's file holds it."""
+    return _pod_file(node, uid, "cpu.cfs_quota_us", "cpu.max")
 
 
 def _values(res: dict[str, Any]) -> tuple[int | None, ...]:
@@ -162,4 +155,53 @@ def test_pod_level_vpa_in_place_off_and_at_creation(agents: dict[str, NodeAgent]
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
         provenance.record(Path(out), f"pod-level {node}", lambda data: data.setdefault("pod_level_vpa_to_cgroup_ms", {}).update(
             {node: to_cgroup_ms}))
+    kubectl("delete", "deployment,vpa", name, "--wait=false")
+
+
+def _pod_file(node: str, uid: str, v1: str, v2: str) -> int | None:
+    """A pod cgroup file's number as the node holds it (v1: the file's controller's hierarchy; max: -1)."""
+    if node == V2_NODE:
+        path = f"/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice/{v2}"
+    else:
+        path = f"/sys/fs/cgroup/{v1.split('.')[0]}/realk8s/kubepods/burstable/pod{uid}/{v1}"
+    text = read_files(node, [path])[path]
+    return None if text is None else (-1 if text.split()[0] == "max" else int(text.split()[0]))
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_pod_level_panic_button_and_memory_held_at_what_the_pod_uses(agents: dict[str, NodeAgent], node: str) -> None:
+    """The pod really holds 150 MiB (a file in its tmpfs); with the panic button on, a recommendation of 50Mi
+    changes nothing; released, the pod-level memory limit goes down from 400Mi but stops above what the pod
+    cgroup holds (its working set + 10 %)."""
+    name, slow = f"plh-{short(node)}", SLOW if node == V2_NODE else 1
+    d = _deployment(name, node)
+    spec = d["spec"]["template"]["spec"]
+    spec["resources"] = {"requests": {"cpu": "100m", "memory": "200Mi"}, "limits": {"cpu": "200m", "memory": "400Mi"}}
+    spec["volumes"] = [{"name": "hold", "emptyDir": {"medium": "Memory"}}]
+    spec["containers"][0]["command"] = ["sh", "-c", "head -c 150m /dev/zero > /hold/x && sleep 1000000"]
+    spec["containers"][0]["volumeMounts"] = [{"name": "hold", "mountPath": "/hold"}]
+    kubectl("apply", "-f", "-", stdin=json.dumps(d))
+    pod = _pod(name, node)
+    pname, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+    wait_for("150 MiB held in the pod cgroup", lambda: (_pod_file(node, uid, "memory.usage_in_bytes", "memory.current") or 0) > 150 << 20,
+             60 * slow)
+    low = json.dumps({"target": {"cpu": "100m", "memory": "50Mi"}, "lowerBound": {"cpu": "50m", "memory": "20Mi"},
+                      "upperBound": {"cpu": "200m", "memory": "100Mi"}})
+    kubectl("label", "node", node, "kube-cgroup-agent.io/vpa=off")
+    try:
+        kubectl("apply", "-f", "-", stdin=json.dumps(_vpa(name, "InPlace", low)))
+        time.sleep(10 * slow)
+        assert _values(_resources(pname, uid)) == (100, 200 << 20, 200, 400 << 20)  # the panic button: nothing
+    finally:
+        kubectl("label", "node", node, "kube-cgroup-agent.io/vpa-")
+
+    def lowered() -> int | None:
+        limit = _values(_resources(pname, uid))[3]
+        return limit if limit is not None and limit < 400 << 20 else None
+
+    limit = wait_for("the pod-level memory limit lowered", lowered, 60 * slow, 0.5)
+    held = _pod_file(node, uid, "memory.usage_in_bytes", "memory.current") or 0
+    assert limit > 150 << 20 and held <= limit, (limit, held)  # above what it holds, below where it was
+    after = json.loads(kubectl("get", "pod", pname, "-o", "json"))
+    assert all(c["restartCount"] == 0 for c in after["status"]["containerStatuses"]) and after["metadata"]["uid"] == uid
     kubectl("delete", "deployment,vpa", name, "--wait=false")
