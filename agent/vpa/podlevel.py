@@ -23,7 +23,7 @@ from typing import Final, Protocol
 
 from agent.core.model import EMPTY, PodView, Resources
 from agent.vpa.model import VPA, ControlledValues, PodPolicy, PodRecommendation
-from agent.vpa.policy import api_values, capped, proportional_limit
+from agent.vpa.policy import api_values, capped, clamp, proportional_limit
 
 RESOURCES: Final = ("cpu", "memory")
 ALL: Final = frozenset(RESOURCES)
@@ -133,16 +133,6 @@ def pod_recommendation(pod: PodView, vpa: VPA) -> PodRecommendation | None:
     return vpa.pod_recommendation if vpa.pod_recommendation is not None else summed_recommendation(pod, vpa)
 
 
-def _clamp(v: int | None, lo: int | None, hi: int | None) -> int | None:
-    if v is None:
-        return None
-    if lo is not None and v < lo:
-        v = lo
-    if hi is not None and v > hi:
-        v = hi
-    return v
-
-
 def _boundary(request: int | None, limit: int | None, bound: int | None) -> int | None:
     """GetBoundaryRequest: the request whose proportional limit is `bound` (None: no such bound)."""
     if not limit or not bound:
@@ -164,12 +154,12 @@ def capped_pod(
         if v is None:
             continue
         if policy is not None:
-            c = _clamp(v, get(policy.min_allowed, res), get(policy.max_allowed, res))
+            c = clamp(v, get(policy.min_allowed, res), get(policy.max_allowed, res))
             if c != v:
                 notes.append(f"pod level {res} capped to {'minAllowed' if c is not None and c > v else 'maxAllowed'}")
             v = c
             if policy.values is ControlledValues.REQUESTS_ONLY:
-                c = _clamp(v, None, get(limits, res))
+                c = clamp(v, None, get(limits, res))
                 if c != v:
                     notes.append(f"pod level {res} capped to the pod limit")
                 v = c
@@ -177,7 +167,7 @@ def capped_pod(
             req, lim, mn, mx = get(requests, res), get(limits, res), get(bounds.min, res), get(bounds.max, res)
             floor = max((b for b in (_boundary(req, lim, mn), mn) if b is not None), default=None)
             ceiling = min((b for b in (_boundary(req, lim, mx), mx) if b is not None), default=None)
-            c = _clamp(v, floor, ceiling)
+            c = clamp(v, floor, ceiling)
             if c != v:
                 side = "Min" if c is not None and c > v else "Max"
                 notes.append(f"pod level {res} capped to fit {side} in Pod LimitRange")

@@ -57,7 +57,8 @@ def not_actuated_because(vpa: VPA, opts: Options) -> str | None:
     return None
 
 
-def _clamp(v: int | None, lo: int | None, hi: int | None) -> int | None:
+def clamp(v: int | None, lo: int | None, hi: int | None) -> int | None:
+    """`v` within [lo, hi], either bound absent; None stays None."""
     if v is None:
         return None
     if lo is not None and v < lo:
@@ -72,11 +73,11 @@ def capped(r: Resources, policy: ContainerPolicy | None, limits: Resources | Non
     RequestsOnly also at most the container's current limit (`limits`)."""
     if policy is None:
         return r
-    cpu = _clamp(r.cpu_milli, policy.min_allowed.cpu_milli, policy.max_allowed.cpu_milli)
-    memory = _clamp(r.memory, policy.min_allowed.memory, policy.max_allowed.memory)
+    cpu = clamp(r.cpu_milli, policy.min_allowed.cpu_milli, policy.max_allowed.cpu_milli)
+    memory = clamp(r.memory, policy.min_allowed.memory, policy.max_allowed.memory)
     if policy.values is ControlledValues.REQUESTS_ONLY and limits is not None:
-        cpu = _clamp(cpu, None, limits.cpu_milli)
-        memory = _clamp(memory, None, limits.memory)
+        cpu = clamp(cpu, None, limits.cpu_milli)
+        memory = clamp(memory, None, limits.memory)
     return Resources(cpu, memory)
 
 
