@@ -19,6 +19,7 @@ from agent.vpa.source import VPASource
 from tests.resize.harness import ResizeNode
 from tests.resize.journal import assert_kubelet_order
 from tests.resize.manifests import ctr, manifest
+from tests.vpa.passes import until_done
 
 MI = 1 << 20
 KEY = "default/web-6d4f-x"
@@ -117,15 +118,7 @@ def test_a_pod_level_target_is_applied_in_place_on_a_bare_node_in_the_kubelets_o
 
     src.vpas = (_vpa(),)
     start = len(node.events)
-    state = None
-    for _ in range(4):  # the daemon's passes, each with the pod as the sources derive it
-        eng.update(view())
-        eng.reconcile()
-        st = eng.status(view().uid)
-        state = st.state if st is not None else None
-        if state is ResizeState.DONE:
-            break
-    assert state is ResizeState.DONE
+    assert until_done(eng, view) is ResizeState.DONE
     assert (node.read(quota), node.read(memory)) == ("160000", str(400 * MI))
     assert node.read(node.pod_path("web-6d4f-x", "cpu.shares")) == "819"  # 800m
     for c in ("app", "side"):

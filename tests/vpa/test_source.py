@@ -14,6 +14,7 @@ from agent.vpa.policy import Options
 from agent.vpa.source import VPASource, owner_chain, resolve
 from tests.resize.harness import ResizeNode
 from tests.resize.manifests import ctr, manifest
+from tests.vpa.passes import until_done
 from tests.vpa.pods import vpa_pod
 
 MI = 1 << 20
@@ -96,15 +97,7 @@ def test_the_engine_applies_a_changed_recommendation_in_place(node: ResizeNode) 
     assert node.read(quota) == "20000"
 
     src.vpas = (_vpa(ns="default", cpu=300),)  # the recommendation arrives: 300m, limit 600m
-    state = None
-    for _ in range(4):  # the daemon's passes, each with the pod as the sources derive it
-        eng.update(view())
-        eng.reconcile()
-        st = eng.status(view().uid)
-        state = st.state if st is not None else None
-        if state is ResizeState.DONE:
-            break
-    assert state is ResizeState.DONE
+    assert until_done(eng, view) is ResizeState.DONE
     assert node.read(quota) == "60000"
     assert node.read(node.container_path("web", "app", "cpu.shares")) == "307"
     assert node.cri.service.calls_of("StopContainer") == []  # in place: nothing restarted
