@@ -81,7 +81,8 @@ class VPAComponent:
         self._threads = Threads(ctx.metrics)
         self.patched: dict[str, tuple[ContainerTarget, ...]] = {}  # pod uid -> what was last sent
         source.on_verdict = lambda pod, vpa, v: log.info(
-            "vpa.decision", pod=pod, vpa=vpa, apply=v.apply, reason=v.reason, held=list(v.held)
+            "vpa.decision", pod=pod, vpa=vpa, apply=v.apply, reason=v.reason, held=list(v.held),
+            **({"restarts": list(v.restarts)} if v.restarts else {}),
         )
         source.on_blocked = self._blocked
         source.on_conflict = self._conflict

@@ -343,3 +343,22 @@ def test_a_limitrange_of_type_pod_caps_the_pod_level_target(env: Env) -> None:
     wait_for(lambda: env.node.read(quota) == "100000", "the pod-level CPU limit capped at the LimitRange's max")
     assert env.node.read(env.node.pod_path("web-6d4f-x", "cpu.shares")) == "512"  # 500m
     assert daemon.terminate() == 0
+
+
+def test_the_containers_a_pod_level_resize_restarts_are_named_in_the_decision(env: Env) -> None:
+    """app's resizePolicy restarts it for memory, and the pod-level memory limit it inherits moves (summed
+    300Mi + 100Mi = 400Mi from 200Mi): the kubelet will restart it, the decision log line says so."""
+    _cluster(env, "v1.36.0")
+    raw = _pod_level()
+    raw["spec"]["resources"] = {"requests": {"cpu": "200m", "memory": "200Mi"}, "limits": {"cpu": "400m", "memory": "400Mi"}}
+    raw["spec"]["containers"][0]["resizePolicy"] = [{"resourceName": "memory", "restartPolicy": "RestartContainer"}]
+    env.node.add_pod(raw)
+    env.publish("web-6d4f-x")
+    daemon = env.daemon(vpa={"enabled": True})
+    daemon.ready()
+    env.cluster.put(*VPA_API, _recs(("app", "600m", "300Mi", "500m", "250Mi", "1", "400Mi"),
+                                    ("side", "200m", "100Mi", "150m", "80Mi", "400m", "200Mi")))
+    decided = wait_for(lambda: [d for d in daemon.logged("vpa.decision") if d["apply"]], "the decision")
+    assert decided[0]["restarts"] == ["app (memory)"]
+    wait_for(lambda: env.cluster.recorded("PATCH", "/pods/web-6d4f-x/resize"), "the pods/resize patch")
+    assert daemon.terminate() == 0

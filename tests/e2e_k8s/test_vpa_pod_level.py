@@ -205,3 +205,74 @@ def test_pod_level_panic_button_and_memory_held_at_what_the_pod_uses(agents: dic
     after = json.loads(kubectl("get", "pod", pname, "-o", "json"))
     assert all(c["restartCount"] == 0 for c in after["status"]["containerStatuses"]) and after["metadata"]["uid"] == uid
     kubectl("delete", "deployment,vpa", name, "--wait=false")
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_pod_level_and_container_level_together_as_aep_7571_option_2(agents: dict[str, NodeAgent], node: str) -> None:
+    """A pod with pod-level resources, container `a` with its own and `b` with none: the pod level takes the
+    pod-level recommendation, `a` its own container recommendation (both limits in proportion), `b` stays
+    without resources — in one pods/resize, no restart; then the pod cgroup, `a`'s cgroup and the tiers equal
+    `diff --all` (`b` is the kubelet's documented difference after a pod-level resize)."""
+    agent, name, slow = agents[node], f"plb-{short(node)}", SLOW if node == V2_NODE else 1
+    d = _deployment(name, node)
+    d["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(d))
+    pod = _pod(name, node)
+    pname, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+    kubectl("apply", "-f", "-", stdin=json.dumps(_vpa(name, "Off", _recommendation("300m", "250m", "400m"))))
+    kubectl("patch", "vpa", name, "--subresource", "status", "--type", "merge", "-p", json.dumps({"status": {
+        "recommendation": {"containerRecommendations": [{
+            "containerName": "a", "target": {"cpu": "150m", "memory": "48Mi"},
+            "lowerBound": {"cpu": "120m", "memory": "40Mi"}, "upperBound": {"cpu": "200m", "memory": "64Mi"}}]}}}))
+    kubectl("patch", "vpa", name, "--type", "merge", "-p", json.dumps({"spec": {"updatePolicy": {"updateMode": "InPlace"}}}))
+    wait_for("the pod-level limit (600m) in the pod cgroup", lambda: _pod_cpu_quota(node, uid) == 60000, 60 * slow, 0.2)
+    after = json.loads(kubectl("get", "pod", pname, "-o", "json"))
+    assert after["metadata"]["uid"] == uid
+    assert _values(after["spec"]["resources"]) == (300, 96 << 20, 600, 192 << 20), after["spec"]["resources"]
+    a, b = after["spec"]["containers"]
+    assert _values(a["resources"]) == (150, 48 << 20, 300, 96 << 20), a["resources"]  # its own, in proportion
+    assert not b.get("resources")  # observed, never given any
+    assert all(c["restartCount"] == 0 for c in after["status"]["containerStatuses"])
+
+    def pod_a_and_tiers() -> Comparison:
+        d = agent.diff()
+        return compare(node, {**d, "containers": [c for c in d["containers"] if c["container"] == "a"]}, {uid})
+
+    deadline, comparison = time.monotonic() + 60 * slow, pod_a_and_tiers()
+    while comparison.disagreements and time.monotonic() < deadline:
+        time.sleep(2.0)
+        comparison = pod_a_and_tiers()
+    assert comparison.disagreements == (), "\n".join(map(str, comparison.disagreements))
+    assert comparison.pods == 1 and any(c["container"] == "a" for c in agent.diff()["containers"])
+    kubectl("delete", "deployment,vpa", name, "--wait=false")
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_limitrange_type_pod_caps_the_pod_level_recommendation(agents: dict[str, NodeAgent], node: str) -> None:
+    """The namespace's LimitRange `type: Pod` max CPU 500m: a recommendation of 400m (limit 800m in the pod's
+    ratio 2) is applied as the request whose proportional limit is the max (VPA's GetBoundaryRequest): 250m,
+    limit 500m; memory, unbounded there, takes the target."""
+    agent, name, slow, ns = agents[node], f"plr-{short(node)}", SLOW if node == V2_NODE else 1, f"plr-{short(node)}"
+    kubectl("create", "namespace", ns)
+    try:
+        d, v = _deployment(name, node), _vpa(name, "InPlace", _recommendation("400m", "300m", "500m"))
+        d["metadata"]["namespace"] = v["metadata"]["namespace"] = ns
+        d["spec"]["template"]["spec"]["resources"] = {
+            "requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}}
+        kubectl("apply", "-f", "-", stdin=json.dumps(d))
+        pods = wait_for(f"{name} Running", lambda: [p for p in json.loads(kubectl("get", "pods", "-n", ns, "-o", "json"))["items"]
+                                                   if p["status"].get("phase") == "Running"], 90 * slow)
+        pname, uid = pods[0]["metadata"]["name"], pods[0]["metadata"]["uid"]
+        # after the pod: the API server applies the LimitRange at admission, and this one is about the VPA's cap
+        kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps({
+            "apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "pod-max"},
+            "spec": {"limits": [{"type": "Pod", "max": {"cpu": "500m"}}]}}))
+        wait_for("the agent's LimitRange watch to see it", lambda: [
+            e for e in agent.lines() if e.get("event") == "limitranges.changed" and ns in e.get("namespaces", [])], 30 * slow)
+        kubectl("apply", "-f", "-", stdin=json.dumps(v))
+        wait_for("the capped pod-level limit (500m) in the pod cgroup", lambda: _pod_cpu_quota(node, uid) == 50000, 60 * slow, 0.2)
+        res = json.loads(kubectl("get", "pod", "-n", ns, pname, "-o", "json"))["spec"]["resources"]
+        assert _values(res) == (250, 96 << 20, 500, 192 << 20), res
+    finally:
+        kubectl("delete", "namespace", ns, "--wait=false")
