@@ -8,7 +8,8 @@ its parameters, kept by the keeper Deployment (both applied by cluster.sh with d
 - A recommendation beyond the namespace's LimitRange: the pod is created within it.
 - The agreement table: 32 rows (modes × controlledValues × container policies × QoS), each a pod created
   with server-side dry run through the real admission chain, compared with what the node agent's
-  agent/vpa/policy.py computes for the same VPA and container.
+  agent/vpa/policy.py computes for the same VPA and container; and the 15 pod-level rows, compared with
+  its decide_pod_level.
 - Pod creation latency with and without the policy (median of 50 creates), in a namespace with one VPA
   and in one with dozens (one parameter object per namespace: the policy is evaluated once either way).
 """
@@ -20,7 +21,7 @@ import os
 import statistics
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,14 @@ from tests.e2e_k8s.admission_objects import (
     _workload,
 )
 from tests.e2e_k8s.nodes import RK, kubectl, needs_cluster, wait_for
+from tests.vpa.admission_podlevel_rows import (
+    PL_ROWS,
+    as_the_crd_keeps,
+    new_pod,
+    pod_level_decision,
+    resources_of,
+    view,
+)
 
 pytestmark = needs_cluster
 
@@ -226,6 +235,55 @@ def test_the_policy_and_the_node_agent_compute_the_same_values(namespaces: None)
     assert not differing, differing
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
         provenance.record(Path(out), "vpa_admission_agreement", lambda data: data.update(vpa_admission_rows=compared))
+
+
+PL_NS = "kcg-vpa-admission-pl"  # the rows with a LimitRange: the API server applies it to every pod there
+
+
+def _in(obj: Mapping[str, Any], ns: str) -> dict[str, Any]:
+    return {**obj, "apiVersion": obj.get("apiVersion", "v1"), "metadata": {**obj["metadata"], "namespace": ns}}
+
+
+def test_the_pod_level_rows_agree_through_the_api_server(namespaces: None) -> None:
+    """The 15 pod-level rows (tests/vpa/admission_podlevel_rows.py) through the real admission chain: each
+    row's Deployment (no replicas), its VPA as this CRD keeps it (podPolicy and podRecommendations in their
+    annotations), the container recommendations in its status; a new pod created with server-side dry run
+    holds what the node agent's decide_pod_level computes and the hand-worked values."""
+    kubectl("create", "namespace", PL_NS, ok=(0, 1))
+    try:
+        where = {name: PL_NS if lrs else NS for name, _, _, lrs, _ in PL_ROWS}
+        objs: list[dict[str, Any]] = []
+        for name, spec, vpa, lrs, _ in PL_ROWS:
+            kept = as_the_crd_keeps(vpa, where[name])
+            kept.pop("status", None)
+            deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": where[name]},
+                          "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                                   "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
+            objs += [deployment, kept, *(_in(lr, where[name]) for lr in lrs)]
+        _apply(*objs)
+        for name, _, vpa, _, _ in PL_ROWS:
+            recs = {"containerRecommendations": vpa["status"]["recommendation"]["containerRecommendations"]}
+            kubectl("-n", where[name], "patch", "vpa", name, "--subresource=status", "--type=merge", "-p",
+                    json.dumps({"status": {"recommendation": recs}}))
+        for name, *_, hand in PL_ROWS:
+            if hand is not None:
+                _param_says(name, where[name])
+        compared, differing = 0, []
+        for name, spec, vpa, lrs, hand in PL_ROWS:
+            ns = where[name]
+            pod = new_pod(name, spec, ns)
+            got = resources_of(view(json.loads(kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(pod)))))
+            want = pod_level_decision(name, spec, vpa, [_in(lr, ns) for lr in lrs], ns)
+            before = resources_of(view(pod))
+            compared += 1
+            if got != want or got != (before | hand if hand is not None else before):
+                differing.append((name, got, want, hand, _said(name, ns)[1]))
+        print(f"\ne2e-k8s: VPA admission agreement, pod-level rows: {compared} rows, {len(differing)} differing")
+        assert (compared, differing) == (len(PL_ROWS), [])
+        if out := os.environ.get("KCG_E2E_K8S_OUT"):
+            provenance.record(Path(out), "vpa_admission_pod_level", lambda data: data.update(vpa_admission_pod_level_rows=compared))
+    finally:
+        kubectl("delete", "namespace", PL_NS, "--wait=false", ok=(0, 1))
 
 
 # ---- pod creation latency ---------------------------------------------------------------------------
