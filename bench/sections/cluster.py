@@ -142,7 +142,10 @@ def e2e_k8s(d: dict[str, Any]) -> list[str]:
                 "cgroup and the tiers then as `diff --all` computes them (0 disagreements), mode Off left alone, and the next",
                 "pod created with the recommendation by the admission policy. A pod holding 150 MiB in its tmpfs: the panic",
                 "button held a 50Mi recommendation back; released, the pod-level memory limit went down from 400Mi and stopped",
-                "above what the pod cgroup held.",
+                "above what the pod cgroup held. A pod setting both levels: the pod level took the pod-level recommendation",
+                "and the container with resources of its own its container recommendation in one resize (AEP-7571 option 2),",
+                "the container without resources got none; a LimitRange type Pod max CPU 500m capped a 400m recommendation",
+                "(ratio 2) at 250m, limit 500m; the node recommender published podRecommendations from both nodes' pod cgroups.",
             ]
             if "pod_level_vpa_to_cgroup_ms" in d
             else []
@@ -218,7 +221,10 @@ def _vpa_admission(d: dict[str, Any]) -> list[str]:
         "VPA at pod creation (`test_vpa_admission.py`; docs/admission.md): the MutatingAdmissionPolicy",
         f"and the node agent's agent/vpa/policy.py set the same requests and limits in {d.get('vpa_admission_rows', '?')} of",
         f"{d.get('vpa_admission_rows', '?')} rows (modes × controlledValues × container policies × QoS, each pod created",
-        "through the real admission chain with server-side dry run). A pod create, timed end to end through the",
+        "through the real admission chain with server-side dry run)"
+        + (f"; and agent/vpa/podlevel_decide.py's in {d['vpa_admission_pod_level_rows']} of {d['vpa_admission_pod_level_rows']} "
+           "pod-level rows (tests/vpa/admission_podlevel_rows.py)" if "vpa_admission_pod_level_rows" in d else "")
+        + ". A pod create, timed end to end through the",
         "agent's API client (scheduling gated, so nothing runs), median of 50 and p90, with the policy bound and",
         "with its binding deleted:",
         "",
