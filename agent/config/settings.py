@@ -145,7 +145,7 @@ class Settings:
         "graceful in-place updates (docs/rollouts.md)", kind="section"))
     annotation_namespaces: frozenset[str] | None = field(default=None, metadata=doc(
         "where the resize and pod-level annotations are honoured, e.g. `[batch, ci]` (`[\"*\"]`: all; `[]`: "
-        "none, and no LimitRange watch); elsewhere a pod carrying one is an error naming the setting; where "
+        "none, and no LimitRange watch but for VPA's pod-level pods); elsewhere a pod carrying one is an error naming the setting; where "
         "honoured, within the namespace's LimitRanges (docs/annotations.md; SECURITY.md)",
         default="every namespace (`[]` in `deploy/`; unset, the daemon logs `annotations.every_namespace`)",
         kind="list of namespaces"))

@@ -275,8 +275,11 @@ def _serve(
     reload with new settings."""
     node = settings.node_name or os.environ.get("NODE_NAME")
     # the namespaces' LimitRanges bound the annotations wherever one can be honoured (annotationNamespaces
-    # not []): from the API (agent.daemon.limitranges) or the manifest directory
-    limit_ranges = LimitRanges.unknown(settings.annotation_namespaces) if settings.annotation_namespaces != frozenset() else None
+    # not []): from the API (agent.daemon.limitranges) or the manifest directory; and, VPA in place on, their
+    # type Pod caps what VPA gives a pod-level pod in any namespace (read only where such a pod runs)
+    vpa_reads = settings.vpa.enabled and settings.pods is None
+    limit_ranges = (LimitRanges.unknown(None if vpa_reads else settings.annotation_namespaces)
+                    if settings.annotation_namespaces != frozenset() or vpa_reads else None)
     source: PodSource
     reporter: StatusReporter
     api: Any | None = None

@@ -2,8 +2,9 @@
 (agent.pods.sources.limitrange) and, where the VPA component runs, capping the pod-level values VPA
 gives a pod that sets them (LimitRange type Pod: agent.vpa.podlevel.pod_bounds).
 
-Only the namespaces this node needs are read: those of its pods that carry an annotation or (VPA on) set
-pod-level resources, where annotations are honoured (`annotationNamespaces`), one list/watch of `limitranges` per namespace
+Only the namespaces this node needs are read: those of its pods that carry an annotation where annotations
+are honoured (`annotationNamespaces`), and (VPA on) of its pods that set pod-level resources in any namespace
+(LimitRange type Pod caps what VPA gives them), one list/watch of `limitranges` per namespace
 (agent.daemon.scope), added when such a pod arrives and stopped when the last one leaves. A node never
 receives the LimitRanges of namespaces it has no annotated pod in, however many the cluster holds.
 
@@ -49,14 +50,14 @@ def pod_level(raw: Mapping[str, Any]) -> bool:
 
 
 def needed(raws: Iterable[Mapping[str, Any]], allowed: frozenset[str] | None, vpa: bool = False) -> frozenset[str]:
-    """The namespaces whose LimitRanges the node needs: those of its annotated pods and (`vpa`) of its pods
-    that set pod-level resources, where annotations are honoured (`allowed`; None: everywhere). Pure."""
+    """The namespaces whose LimitRanges the node needs: those of its annotated pods where annotations are
+    honoured (`allowed`; None: everywhere), and (`vpa`) of its pods that set pod-level resources, wherever
+    they run (VPA's pod-level values are capped by type Pod in any namespace). Pure."""
     out = set()
     for raw in raws:
-        if annotated(raw) or (vpa and pod_level(raw)):
-            ns = str((raw.get("metadata") or {}).get("namespace") or "default")
-            if allowed is None or ns in allowed:
-                out.add(ns)
+        ns = str((raw.get("metadata") or {}).get("namespace") or "default")
+        if (annotated(raw) and (allowed is None or ns in allowed)) or (vpa and pod_level(raw)):
+            out.add(ns)
     return frozenset(out)
 
 
@@ -101,7 +102,7 @@ class LimitRangeComponent:
     def scope(self, raws: Iterable[Mapping[str, Any]]) -> None:
         """Watch the LimitRanges of the namespaces the node's annotated (or, VPA on, pod-level) pods are in,
         and only those."""
-        namespaces = needed(raws, self.ranges.namespaces, self.ctx.vpas is not None)
+        namespaces = needed(raws, self.ctx.settings.annotation_namespaces, self.ctx.vpas is not None)
         self.watches.want({ns: WatchSpec(path("v1", "limitranges", ns)) for ns in namespaces})
 
     def wait_first(self, stop: threading.Event, pods: list[Mapping[str, Any]]) -> None:
@@ -164,8 +165,8 @@ class LimitRangeComponent:
 
 
 def limitrange_component(ctx: DaemonContext) -> Component | None:
-    """On when an annotation can be honoured here and the pods come from the API (on a bare node the
-    manifest directory holds the LimitRanges: agent.daemon.directory)."""
+    """On when an annotation can be honoured here, or VPA in place is on, and the pods come from the API (on a
+    bare node the manifest directory holds the LimitRanges: agent.daemon.directory)."""
     if ctx.limit_ranges is None or ctx.api is None:
         return None
     return LimitRangeComponent(ctx, ctx.limit_ranges)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import yaml
 
+from agent.daemon.limitranges import needed
 from tests.daemon.harness import Env, api_pod, wait_for
 from tests.resize.manifests import ctr, manifest
 
@@ -150,3 +152,21 @@ def test_the_cli_reading_pods_from_the_api_reads_the_limitranges_there(tmp_path:
         assert "cannot be checked against namespace default's LimitRanges" in message and "403" in message
     finally:
         api.stop()
+
+
+def _raw(ns: str, annotated: bool = False, pod_level: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "namespace": ns, **({"annotations": {RESIZE: "{}"}} if annotated else {})}
+    return {"metadata": meta, "spec": {"containers": [], **({"resources": {"limits": {"cpu": "1"}}} if pod_level else {})}}
+
+
+@pytest.mark.parametrize(("pods", "allowed", "vpa", "want"), [
+    ([_raw("a", annotated=True), _raw("b")], None, False, {"a"}),  # annotations everywhere: annotated pods only
+    ([_raw("a", annotated=True), _raw("b", annotated=True)], frozenset({"b"}), False, {"b"}),  # where honoured
+    ([_raw("a", annotated=True)], frozenset(), False, set()),  # annotations nowhere (as shipped), VPA off
+    ([_raw("a", pod_level=True)], frozenset(), False, set()),  # a pod-level pod, VPA off: nothing to cap
+    ([_raw("a", pod_level=True)], frozenset(), True, {"a"}),  # VPA on: type Pod caps it wherever it runs
+    ([_raw("a", pod_level=True), _raw("b", annotated=True), _raw("c")], frozenset({"x"}), True, {"a"}),
+])
+def test_the_namespaces_read_are_those_the_node_needs(pods: list[dict[str, Any]], allowed: frozenset[str] | None,
+                                                       vpa: bool, want: set[str]) -> None:
+    assert needed(pods, allowed, vpa) == want

@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from agent.vpa.target import TARGET_LABEL, target_value
 from tests.daemon.harness import Env, wait_for
 from tests.resize.manifests import ctr, manifest
@@ -327,15 +329,18 @@ def test_a_pod_level_memory_decrease_stops_at_the_pod_cgroups_working_set(env: E
     assert daemon.terminate() == 0
 
 
-def test_a_limitrange_of_type_pod_caps_the_pod_level_target(env: Env) -> None:
+@pytest.mark.parametrize("annotations", [{}, {"annotationNamespaces": []}, {"annotationNamespaces": ["other"]}],
+                         ids=["annotations-everywhere", "annotations-nowhere-as-shipped", "annotations-elsewhere"])
+def test_a_limitrange_of_type_pod_caps_the_pod_level_target(env: Env, annotations: dict[str, Any]) -> None:
     """Bare node. Summed cpu 600m + 200m = 800m, limit 1600m in the pod's ratio 2; the namespace's
-    LimitRange type Pod has max cpu 1: the request whose proportional limit is 1 core, 500m, limit 1."""
+    LimitRange type Pod has max cpu 1: the request whose proportional limit is 1 core, 500m, limit 1 —
+    whichever namespaces honour the annotations (the shipped config: none)."""
     _cluster(env)
     env.cluster.put("", "v1", "limitranges", {"metadata": {"name": "pods", "namespace": "default"},
                                               "spec": {"limits": [{"type": "Pod", "max": {"cpu": "1"}}]}})
     env.node.add_pod(_pod_level())
     env.publish("web-6d4f-x")
-    daemon = env.daemon(vpa={"enabled": True})
+    daemon = env.daemon(vpa={"enabled": True}, **annotations)
     daemon.ready()
     env.cluster.put(*VPA_API, _recs(("app", "600m", "300Mi", "500m", "250Mi", "1", "400Mi"),
                                     ("side", "200m", "100Mi", "150m", "80Mi", "400m", "200Mi")))
