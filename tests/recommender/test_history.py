@@ -1,8 +1,9 @@
 """The shell of the history from Prometheus against a tiny fake Prometheus: a container never seen waits for its
 history while its samples are held back, then gets it before them; a Prometheus that answers garbage, an
 HTTP error, nothing in time, the wrong type, too many series or too many bytes gives one log line and no
-history, and the container's history is its node's own samples, as without Prometheus. No timing is asserted:
-the worker is waited for."""
+history, and the container's history is its node's own samples, as without Prometheus; a pod level (POD) gets
+its pod cgroup's history in the same queries, and fails with them. No timing is asserted: the worker is
+waited for."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from structlog.testing import capture_logs
 
 from agent.config.settings import Settings
 from agent.core.compute.pod import pod_cgroup_name
-from agent.core.model import QOSClass
+from agent.core.model import POD, QOSClass
 from agent.core.ownership import resolve
 from agent.daemon.components import DaemonContext
 from agent.daemon.recommender import recommender_component
@@ -26,8 +27,8 @@ from agent.infra.metrics import Metrics
 from agent.pipeline import Environment
 from agent.pods.parse import parse_pod
 from agent.recommender.config import PrometheusSettings, RecommenderSettings
-from agent.recommender.history import GRACE_S, HistoryLoader, http_fetch
-from agent.recommender.prometheus import RangeQuery
+from agent.recommender.history import GRACE_S, Fetch, HistoryLoader, http_fetch
+from agent.recommender.prometheus import HistoryError, RangeQuery
 from agent.recommender.state import Key, RecommenderState
 from agent.recommender.trace import Sample
 from cgroupfs.files import CgroupFiles
@@ -35,6 +36,7 @@ from cgroupfs.naming import cgroup_dir
 from cgroupfs.types import CgroupName
 from tests.recommender.fake_prometheus import (
     CPU,
+    HOUR,
     KEY,
     MAX_BYTES,
     MAX_SERIES,
@@ -44,6 +46,7 @@ from tests.recommender.fake_prometheus import (
     matrix,
     series,
 )
+from tests.recommender.podcgroup import MI, PodCgroup, Reading, pod
 from tests.support.cgroup_tree import FakeCgroupTree
 
 
@@ -198,6 +201,83 @@ def test_containers_are_asked_about_by_batches_of_pods() -> None:
     loader.feed(state, keys, [], NOW + 1)
     assert len(forms) == 14  # nothing to be had: not asked again
     loader.close()
+
+
+# ---- a pod level (POD): its pod cgroup's history, in the same two queries as its containers'
+
+POD_KEY: Key = ("shop/api", POD)
+POD_CPU = [(t, v + 0.3) for t, v in CPU]
+POD_MEMORY = [(t, v + 5e7) for t, v in MEMORY]
+SANDBOX = "registry.k8s.io/pause:3.10"  # containerd's sandbox: no container name either, but an image
+
+
+def _mixed_fetch(asked: list[RangeQuery], failing: str | None = None) -> Fetch:
+    def fetch(q: RangeQuery, left: float) -> bytes:
+        asked.append(q)
+        if q.resource == failing:
+            raise HistoryError("HTTP 422: bad_data: unknown operator")
+        cpu = q.resource == "cpu"
+        pod_cgroups = [series(POD_KEY, POD_CPU if cpu else POD_MEMORY),
+                       series(POD_KEY, [(NOW - HOUR / 2, 9.0 if cpu else 9e9)], image=SANDBOX),
+                       series(("shop/db", POD), [(NOW, 1.0)])]  # a pod cgroup not asked about
+        return matrix([series(KEY, CPU if cpu else MEMORY), *(pod_cgroups if 'container=""' in q.query else [])])
+
+    return fetch
+
+
+@pytest.mark.parametrize("failing", [None, "cpu", "memory"])
+def test_a_pod_levels_history_comes_with_its_containers_and_fails_with_them(failing: str | None) -> None:
+    asked: list[RangeQuery] = []
+    loads: list[tuple[str, int, int]] = []
+    model = _settings("http://p")
+    loader = HistoryLoader(model.prometheus, model, _mixed_fetch(asked, failing), on_load=lambda *t: loads.append(t))
+    state = RecommenderState(model)
+    local = [*LOCAL, Sample(NOW, *POD_KEY, memory=4e8), Sample(NOW + 1, *POD_KEY, cpu=0.9, memory=4.1e8)]
+    with capture_logs() as logs:
+        assert loader.feed(state, [KEY, POD_KEY], local[::2], NOW) == 0  # both held back
+        assert loader.wait(10)
+        assert loader.feed(state, [KEY, POD_KEY], local[1::2], NOW + 1) == 4
+    want = RecommenderState(model)  # Prometheus's samples first (none after a failure), then the held ones
+    for key, cpu, memory in ((KEY, CPU, MEMORY), (POD_KEY, POD_CPU, POD_MEMORY)):
+        if failing is None:
+            want.observe_all([Sample(t, *key, cpu=v) for t, v in cpu] + [Sample(t, *key, memory=v) for t, v in memory])
+    want.observe_all(sorted(local, key=lambda s: s.ts))
+    assert {k: h.to_dict() for k, h in state.histories.items()} == {k: h.to_dict() for k, h in want.histories.items()}
+    assert 'container="", image=""' in asked[0].query and len(asked) == (1 if failing == "cpu" else 2)
+    [line] = _history_lines(logs)
+    if failing is None:
+        assert (line["event"], line["containers"], line["found"], line["series"]) == (
+            "recommender.prometheus_history", 2, 2, 8)
+        assert loads == [("loaded", 2, 2)]
+    else:
+        assert (line["event"], line["containers"]) == ("recommender.prometheus_history_failed", 2)
+        assert line["error"] == f"the {failing} query: HTTP 422: bad_data: unknown operator"
+        assert loads == [("failed", 0, 2)]
+    loader.close()
+
+
+def test_the_daemon_asks_for_a_pod_levels_history(
+        fake_cgroup_tree: Callable[..., FakeCgroupTree], tmp_path: Path) -> None:
+    tree = fake_cgroup_tree("v2")
+    cg = PodCgroup(tree, "v2")
+    settings = Settings(cgroupfs=tree.root, state_dir=tmp_path / "state",
+                        recommender=RecommenderSettings(enabled=True, prometheus=_settings("http://p").prometheus))
+    env = Environment(settings, tree.hierarchy, (), CgroupFiles(tree.root, ["kubepods"]))
+    comp: Any = recommender_component(DaemonContext(settings, "n1", None, Metrics(), resolve({}, None, {}, False), env,
+                                                    None, pods=lambda: [pod()]))
+    asked: list[RangeQuery] = []
+    comp.history.fetch, comp.clock = _mixed_fetch(asked), lambda: NOW
+    cg.write({"": Reading(10.0, 300 * MI), "app": Reading(7.0, 200 * MI), "side": Reading(3.0, 100 * MI)})
+    comp.tick()
+    assert POD_KEY not in comp.state.histories and comp.history.wait(10)
+    comp.clock = lambda: NOW + 2.0
+    cg.write({"": Reading(11.0, 310 * MI), "app": Reading(7.6, 205 * MI), "side": Reading(3.4, 105 * MI)})
+    comp.tick()
+    h = comp.state.histories[POD_KEY]
+    assert (h.samples, h.first_sample, h.last_sample) == (len(POD_CPU) + 1, POD_CPU[0][0], NOW + 2.0)
+    assert comp.context.metrics.history_containers.labels("found")._value.get() == 2  # app and the pod level
+    assert len(asked) == 2  # the pod level in its containers' two queries
+    comp.history.close()
 
 
 # ---- in the daemon
