@@ -1,7 +1,8 @@
 """The recommender beside the daemon's pod loop: a thread that samples the node every `sampleInterval`
 (one read pass), feeds the histories, saves them every minute (and at stop), and reacts to an OOM kill at
 once (a log line, a metric, and the `on_oom` hooks — the VPA actuator's way in). With a Prometheus
-configured, a container it has no history of gets its history from there first (agent.recommender.history)."""
+configured, a container (or a pod level) it has no history of gets its history from there first
+(agent.recommender.history)."""
 
 from __future__ import annotations
 
@@ -47,9 +48,8 @@ class RecommenderComponent:
         settings = self.context.settings
         wanted = targets(self.context.pods(), settings.cgroup_root_name, settings.cgroup_driver, self.context.env.hierarchy)
         samples, oomed = self.sampler.tick(now, wanted)
-        if self.history is not None:  # a container never seen waits for its history from Prometheus
-            # (a pod cgroup's history is the node's own: VPA's queries leave the pod cgroup's series out)
-            self.history.feed(self.state, [(t.pod, t.container) for t in wanted if t.container != POD], samples, now)
+        if self.history is not None:  # a container or pod level never seen waits for its history from Prometheus
+            self.history.feed(self.state, [(t.pod, t.container) for t in wanted], samples, now)
         else:
             for s in samples:
                 self.state.observe(s)

@@ -4,12 +4,13 @@ thread asks, the recommender's own thread applies.
 When the recommender first sees a container it has no history of (the agent's first start, a pod moved in,
 a state file lost), `HistoryLoader.feed` hands the container to the worker and holds its samples back; the
 worker runs VPA's two range queries for the batch (each bounded by `queryTimeout`, `maxSeries` and
-`maxBytes`) and builds the histories; at a later tick `feed` puts each history into the state, then the
-samples held back, in their order, so the container's first recommendation already has its history — or,
-when Prometheus was slow, down, wrong or huge, logs one line and lets the held samples through: the node's
-own history, as without Prometheus. A batch not answered within its deadline (two query timeouts from when it
-was asked, and a grace) is given up the same way, whatever the worker is doing; nothing here ever waits on
-the network in the recommender's thread, and the worker never touches the state.
+`maxBytes`; a pod level, keyed POD, adds its pod cgroup's series to the same two) and builds the histories;
+at a later tick `feed` puts each history into the state, then the samples held back, in their order, so the
+container's first recommendation already has its history — or, when Prometheus was slow, down, wrong or
+huge, logs one line and lets the held samples through: the node's own history, as without Prometheus. A
+batch not answered within its deadline (two query timeouts from when it was asked, and a grace) is given up
+the same way, whatever the worker is doing; nothing here ever waits on the network in the recommender's
+thread, and the worker never touches the state.
 
 `http_fetch` is the thin HTTP client (`Fetch`): a POST of the query's form to `/api/v1/query_range`, a
 socket timeout of the time left before each read, the body read to at most `maxBytes`; the bearer token and
@@ -210,8 +211,9 @@ class _Batch:
 
 @dataclass(slots=True)
 class HistoryLoader:
-    """Containers with no history get theirs from Prometheus before their own samples count (see above).
-    `feed` runs in the recommender's thread; the worker thread starts with the first batch."""
+    """Containers (and pod levels, keyed POD) with no history get theirs from Prometheus before their own
+    samples count (see above). `feed` runs in the recommender's thread; the worker thread starts with the
+    first batch."""
 
     prom: PrometheusSettings
     model: RecommenderSettings

@@ -15,6 +15,14 @@ alternation of their namespaces (VPA's `--vpa-object-namespace` adds `namespace=
 A series of a pod or container the node does not run is ignored. (VPA fails the whole load on a series
 without the three labels; these matchers let none through, and one would be ignored here too.)
 
+Beyond VPA, the pod level: a pod that sets pod-level resources is one more key, (namespace/pod, POD), whose
+history is its pod cgroup's. The kubelet's cAdvisor names the pod cgroup's series by its pod and no
+container (the container label empty, hence absent in Prometheus, with VPA's `name` as with `container`) and
+no image; containerd's sandbox has no container name either, but the pause image (dockershim's and CRI-O's is
+"POD"). So for a batch holding POD keys, each query is the union (`or`) of VPA's with the same selector over
+those pods' own cgroups (`container=""`, `image=""`): a series with an empty container label is the pod
+level's only when its pod's POD key is wanted.
+
 Pure: the query text, the response's parsing (bounded by `maxSeries`; the body by `maxBytes`, which the HTTP
 shell enforces), the mapping of a series to the sampler's key (namespace/pod, container) and the histories
 the samples make. `agent.recommender.history` is the shell that asks and applies."""
@@ -26,6 +34,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from agent.core.model import POD
 from agent.infra.errors import PermanentError
 from agent.recommender.config import PrometheusSettings, RecommenderSettings, prometheus_duration
 from agent.recommender.model import ContainerHistory
@@ -33,6 +42,9 @@ from agent.recommender.state import Key, RecommenderState
 from agent.recommender.trace import Sample
 
 _REGEX_SPECIAL: Final = frozenset("\\.+*?()|[]{}^$")
+IMAGE_LABEL: Final = "image"
+"""The kubelet's cAdvisor label of a container's image (no VPA flag renames it): empty on the pod cgroup, the
+pause image on containerd's sandbox, which tells them apart (a Prometheus that drops it cannot)."""
 
 
 class HistoryError(PermanentError):
@@ -85,34 +97,41 @@ def _alternation(values: Iterable[str]) -> str:
     return _string("|".join(_regex_literal(v) for v in sorted(set(values))))
 
 
-def selector(settings: PrometheusSettings, keys: Collection[Key]) -> str:
+def selector(settings: PrometheusSettings, keys: Collection[Key], *, pod_cgroups: bool = False) -> str:
     """VPA's series selector (history_provider.go GetClusterHistory's podSelector), narrowed to the pods
     and namespaces of `keys`: `job="..."` (when a job name is set), the pod label, the container label
-    neither `POD` nor empty, the namespace label."""
+    neither `POD` nor empty, the namespace label. With `pod_cgroups`, the same pods' own cgroups instead:
+    the container label and the image empty (containerd's sandbox has an image)."""
     namespaces, pods = [], []
     for pod, _ in keys:
         namespace, _, name = pod.partition("/")
         namespaces.append(namespace)
         pods.append(name)
+    container = settings.container_name_label
     parts = [f"job={_string(settings.cadvisor_job_name)}"] if settings.cadvisor_job_name else []
-    parts += [
-        f"{settings.container_pod_name_label}=~{_alternation(pods)}",
-        f'{settings.container_name_label}!="POD"',
-        f'{settings.container_name_label}!=""',
-        f"{settings.container_namespace_label}=~{_alternation(namespaces)}",
-    ]
+    parts.append(f"{settings.container_pod_name_label}=~{_alternation(pods)}")
+    parts += [f'{container}=""', f'{IMAGE_LABEL}=""'] if pod_cgroups else [f'{container}!="POD"', f'{container}!=""']
+    parts.append(f"{settings.container_namespace_label}=~{_alternation(namespaces)}")
     return ", ".join(parts)
 
 
 def history_queries(settings: PrometheusSettings, keys: Collection[Key], now: float) -> tuple[RangeQuery, RangeQuery]:
     """The CPU and memory range queries of VPA's history provider for `keys`, from now − historyLength to
-    now at a step of historyResolution (readResourceHistory)."""
+    now at a step of historyResolution (readResourceHistory). POD keys add their pods' cgroups to each
+    query by `or`, rather than a second pair of queries: still two requests, so `queryTimeout`, the
+    batch's deadline (two of them), `maxSeries` and `maxBytes` bound a batch as before, and a batch
+    without POD keys asks exactly VPA's. The operands never share a series (container label set / empty),
+    so `or` keeps all of both; pods without a POD key are asked nothing more."""
     if not keys:
         raise ValueError("no containers to ask about")
-    sel = selector(settings, keys)
+    containers = [k for k in keys if k[1] != POD]
+    pod_levels = [k for k in keys if k[1] == POD]
+    selectors = ([selector(settings, containers)] if containers else []) + (
+        [selector(settings, pod_levels, pod_cgroups=True)] if pod_levels else [])
     start, step = now - settings.history_length_s, settings.history_resolution_s
-    cpu = f"rate({settings.history_cpu_metric}{{{sel}}}[{prometheus_duration(step)}])"
-    memory = f"{settings.history_memory_metric}{{{sel}}}"
+    window = prometheus_duration(step)
+    cpu = " or ".join(f"rate({settings.history_cpu_metric}{{{sel}}}[{window}])" for sel in selectors)
+    memory = " or ".join(f"{settings.history_memory_metric}{{{sel}}}" for sel in selectors)
     return RangeQuery("cpu", cpu, start, now, step), RangeQuery("memory", memory, start, now, step)
 
 
@@ -173,21 +192,23 @@ def _series(item: Any) -> Series:
 
 
 def series_key(settings: PrometheusSettings, labels: Mapping[str, str]) -> Key | None:
-    """The sampler's key of a series (namespace/pod, container), None without the three labels (VPA:
-    getContainerIDFromLabels) or for a pod's sandbox."""
+    """The sampler's key of a series (namespace/pod, container), or (namespace/pod, POD) for the pod's own
+    cgroup (no container label, no image: Prometheus keeps no empty label); None without the namespace and
+    pod labels (VPA: getContainerIDFromLabels) or for a pod's sandbox ("POD", or no container but an image)."""
     namespace = labels.get(settings.container_namespace_label)
     pod = labels.get(settings.container_pod_name_label)
-    container = labels.get(settings.container_name_label)
-    if not namespace or not pod or not container or container == "POD":
+    container = labels.get(settings.container_name_label, "")
+    if not namespace or not pod or container == "POD" or (container == POD and labels.get(IMAGE_LABEL)):
         return None
     return (f"{namespace}/{pod}", container)
 
 
 def samples_by_key(settings: PrometheusSettings, cpu: Sequence[Series], memory: Sequence[Series],
             keys: Collection[Key]) -> dict[Key, list[Sample]]:
-    """Each wanted container's samples, sorted by time (stable: at one time, the series in the response's
-    order; a later CPU sample at the same time is then dropped by the model, as VPA's is). Series of other
-    containers are ignored; a value that is not a finite, non-negative number is dropped by the model."""
+    """Each wanted key's samples, sorted by time (stable: at one time, the series in the response's order; a
+    later CPU sample at the same time is then dropped by the model, as VPA's is). Series of other containers
+    are ignored, and a pod cgroup's unless its POD key is wanted; a value that is not a finite, non-negative
+    number is dropped by the model."""
     out: dict[Key, list[Sample]] = {}
     for resource, matrix in (("cpu", cpu), ("memory", memory)):
         for series in matrix:

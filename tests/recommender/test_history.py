@@ -1,28 +1,25 @@
 """The shell of the history from Prometheus against a tiny fake Prometheus: a container never seen waits for its
 history while its samples are held back, then gets it before them; a Prometheus that answers garbage, an
 HTTP error, nothing in time, the wrong type, too many series or too many bytes gives one log line and no
-history, and the container's history is its node's own samples, as without Prometheus. No timing is asserted:
-the worker is waited for."""
+history, and the container's history is its node's own samples, as without Prometheus; a pod level (POD) gets
+its pod cgroup's history in the same queries, and fails with them. No timing is asserted: the worker is
+waited for."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 import pytest
 from structlog.testing import capture_logs
 
 from agent.config.settings import Settings
 from agent.core.compute.pod import pod_cgroup_name
-from agent.core.model import QOSClass
+from agent.core.model import POD, QOSClass
 from agent.core.ownership import resolve
 from agent.daemon.components import DaemonContext
 from agent.daemon.recommender import recommender_component
@@ -30,106 +27,27 @@ from agent.infra.metrics import Metrics
 from agent.pipeline import Environment
 from agent.pods.parse import parse_pod
 from agent.recommender.config import PrometheusSettings, RecommenderSettings
-from agent.recommender.history import GRACE_S, HistoryLoader, http_fetch
-from agent.recommender.prometheus import RangeQuery
+from agent.recommender.history import GRACE_S, Fetch, HistoryLoader, http_fetch
+from agent.recommender.prometheus import HistoryError, RangeQuery
 from agent.recommender.state import Key, RecommenderState
 from agent.recommender.trace import Sample
 from cgroupfs.files import CgroupFiles
 from cgroupfs.naming import cgroup_dir
 from cgroupfs.types import CgroupName
+from tests.recommender.fake_prometheus import (
+    CPU,
+    HOUR,
+    KEY,
+    MAX_BYTES,
+    MAX_SERIES,
+    MEMORY,
+    NOW,
+    FakePrometheus,
+    matrix,
+    series,
+)
+from tests.recommender.podcgroup import MI, PodCgroup, Reading, pod
 from tests.support.cgroup_tree import FakeCgroupTree
-
-NOW = 1_764_000_000.0
-HOUR = 3600.0
-KEY: Key = ("shop/api", "app")
-MAX_SERIES, MAX_BYTES = 5, 4096
-
-
-def _series(key: Key, values: list[tuple[float, float]]) -> dict[str, Any]:
-    namespace, _, pod = key[0].partition("/")
-    return {"metric": {"job": "kubernetes-cadvisor", "namespace": namespace, "pod": pod, "container": key[1],
-                       "id": f"/kubepods/{pod}/{key[1]}"},
-            "values": [[t, repr(v)] for t, v in values]}
-
-
-CPU = [(NOW - HOUR * i, 0.1 + 0.05 * (i % 5)) for i in range(48, -1, -1)]
-MEMORY = [(NOW - HOUR * i, 1e8 + 1e6 * (i % 9)) for i in range(48, -1, -1)]
-
-
-def _matrix(series: list[dict[str, Any]]) -> bytes:
-    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": series}}).encode()
-
-
-class FakePrometheus:
-    """`/api/v1/query_range` answered as `mode` says; each request's form kept."""
-
-    def __init__(self) -> None:
-        self.mode = "ok"
-        self.forms: list[dict[str, str]] = []
-        self.release = threading.Event()  # ends what `slow` and `drip` hold open
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
-                fake.forms.append(form)
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a bounded client stopped reading
-                    fake.answer(self, form)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.address = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def answer(self, h: BaseHTTPRequestHandler, form: dict[str, str]) -> None:
-        cpu = form["query"].startswith("rate(")
-        ok = _matrix([_series(KEY, CPU if cpu else MEMORY),
-                      _series(("shop/api", "debug"), [(NOW, 1.0)]),  # a container the node does not run
-                      _series(("web/api", "app"), [(NOW, 9e9)])])  # the same pod name in another namespace
-        mode = self.mode
-        if mode == "slow":
-            self.release.wait(10)
-        status, body, headers = 200, ok, {"Content-Type": "application/json"}
-        if mode == "garbage":
-            body = b"<html><body>502 Bad Gateway</body></html>"
-        elif mode == "http500":
-            status, body = 500, b'{"status":"error","errorType":"internal","error":"out of memory"}'
-        elif mode == "wrong_type":
-            body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
-        elif mode == "many_series":
-            body = _matrix([_series((f"shop/p{i}", "app"), [(NOW, 1.0)]) for i in range(MAX_SERIES + 1)])
-        elif mode == "big_declared":
-            headers["Content-Length"] = str(10**9)
-            body = b"{}"
-        h.send_response(status)
-        for k, v in headers.items():
-            h.send_header(k, v)
-        if mode == "big_body":  # a valid answer, only too big: no Content-Length, read until closed
-            h.end_headers()
-            h.wfile.write(b'{"status":"success","data":{"resultType":"matrix","result":[]}}')
-            for _ in range(64):
-                h.wfile.write(b" " * 1024)
-            return
-        if mode == "drip":  # a byte at a time, never done within the timeout
-            h.end_headers()
-            while not self.release.wait(0.05):
-                h.wfile.write(b" ")
-                h.wfile.flush()
-            return
-        if "Content-Length" not in headers:
-            h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -239,7 +157,7 @@ def test_a_batch_not_answered_by_its_deadline_is_given_up_by_the_recommender() -
     def fetch(q: RangeQuery, left: float) -> bytes:
         asked.set()
         release.wait(10)
-        return _matrix([_series(KEY, CPU if q.resource == "cpu" else MEMORY)])
+        return matrix([series(KEY, CPU if q.resource == "cpu" else MEMORY)])
 
     model = _settings("http://p", timeout_s=60.0)
     loader = HistoryLoader(model.prometheus, model, fetch, monotonic=lambda: clock[0])
@@ -267,7 +185,7 @@ def test_containers_are_asked_about_by_batches_of_pods() -> None:
 
     def fetch(q: RangeQuery, left: float) -> bytes:
         forms.append(q)
-        return _matrix([])
+        return matrix([])
 
     model = _settings("http://p")
     loader = HistoryLoader(model.prometheus, model, fetch)
@@ -283,6 +201,83 @@ def test_containers_are_asked_about_by_batches_of_pods() -> None:
     loader.feed(state, keys, [], NOW + 1)
     assert len(forms) == 14  # nothing to be had: not asked again
     loader.close()
+
+
+# ---- a pod level (POD): its pod cgroup's history, in the same two queries as its containers'
+
+POD_KEY: Key = ("shop/api", POD)
+POD_CPU = [(t, v + 0.3) for t, v in CPU]
+POD_MEMORY = [(t, v + 5e7) for t, v in MEMORY]
+SANDBOX = "registry.k8s.io/pause:3.10"  # containerd's sandbox: no container name either, but an image
+
+
+def _mixed_fetch(asked: list[RangeQuery], failing: str | None = None) -> Fetch:
+    def fetch(q: RangeQuery, left: float) -> bytes:
+        asked.append(q)
+        if q.resource == failing:
+            raise HistoryError("HTTP 422: bad_data: unknown operator")
+        cpu = q.resource == "cpu"
+        pod_cgroups = [series(POD_KEY, POD_CPU if cpu else POD_MEMORY),
+                       series(POD_KEY, [(NOW - HOUR / 2, 9.0 if cpu else 9e9)], image=SANDBOX),
+                       series(("shop/db", POD), [(NOW, 1.0)])]  # a pod cgroup not asked about
+        return matrix([series(KEY, CPU if cpu else MEMORY), *(pod_cgroups if 'container=""' in q.query else [])])
+
+    return fetch
+
+
+@pytest.mark.parametrize("failing", [None, "cpu", "memory"])
+def test_a_pod_levels_history_comes_with_its_containers_and_fails_with_them(failing: str | None) -> None:
+    asked: list[RangeQuery] = []
+    loads: list[tuple[str, int, int]] = []
+    model = _settings("http://p")
+    loader = HistoryLoader(model.prometheus, model, _mixed_fetch(asked, failing), on_load=lambda *t: loads.append(t))
+    state = RecommenderState(model)
+    local = [*LOCAL, Sample(NOW, *POD_KEY, memory=4e8), Sample(NOW + 1, *POD_KEY, cpu=0.9, memory=4.1e8)]
+    with capture_logs() as logs:
+        assert loader.feed(state, [KEY, POD_KEY], local[::2], NOW) == 0  # both held back
+        assert loader.wait(10)
+        assert loader.feed(state, [KEY, POD_KEY], local[1::2], NOW + 1) == 4
+    want = RecommenderState(model)  # Prometheus's samples first (none after a failure), then the held ones
+    for key, cpu, memory in ((KEY, CPU, MEMORY), (POD_KEY, POD_CPU, POD_MEMORY)):
+        if failing is None:
+            want.observe_all([Sample(t, *key, cpu=v) for t, v in cpu] + [Sample(t, *key, memory=v) for t, v in memory])
+    want.observe_all(sorted(local, key=lambda s: s.ts))
+    assert {k: h.to_dict() for k, h in state.histories.items()} == {k: h.to_dict() for k, h in want.histories.items()}
+    assert 'container="", image=""' in asked[0].query and len(asked) == (1 if failing == "cpu" else 2)
+    [line] = _history_lines(logs)
+    if failing is None:
+        assert (line["event"], line["containers"], line["found"], line["series"]) == (
+            "recommender.prometheus_history", 2, 2, 8)
+        assert loads == [("loaded", 2, 2)]
+    else:
+        assert (line["event"], line["containers"]) == ("recommender.prometheus_history_failed", 2)
+        assert line["error"] == f"the {failing} query: HTTP 422: bad_data: unknown operator"
+        assert loads == [("failed", 0, 2)]
+    loader.close()
+
+
+def test_the_daemon_asks_for_a_pod_levels_history(
+        fake_cgroup_tree: Callable[..., FakeCgroupTree], tmp_path: Path) -> None:
+    tree = fake_cgroup_tree("v2")
+    cg = PodCgroup(tree, "v2")
+    settings = Settings(cgroupfs=tree.root, state_dir=tmp_path / "state",
+                        recommender=RecommenderSettings(enabled=True, prometheus=_settings("http://p").prometheus))
+    env = Environment(settings, tree.hierarchy, (), CgroupFiles(tree.root, ["kubepods"]))
+    comp: Any = recommender_component(DaemonContext(settings, "n1", None, Metrics(), resolve({}, None, {}, False), env,
+                                                    None, pods=lambda: [pod()]))
+    asked: list[RangeQuery] = []
+    comp.history.fetch, comp.clock = _mixed_fetch(asked), lambda: NOW
+    cg.write({"": Reading(10.0, 300 * MI), "app": Reading(7.0, 200 * MI), "side": Reading(3.0, 100 * MI)})
+    comp.tick()
+    assert POD_KEY not in comp.state.histories and comp.history.wait(10)
+    comp.clock = lambda: NOW + 2.0
+    cg.write({"": Reading(11.0, 310 * MI), "app": Reading(7.6, 205 * MI), "side": Reading(3.4, 105 * MI)})
+    comp.tick()
+    h = comp.state.histories[POD_KEY]
+    assert (h.samples, h.first_sample, h.last_sample) == (len(POD_CPU) + 1, POD_CPU[0][0], NOW + 2.0)
+    assert comp.context.metrics.history_containers.labels("found")._value.get() == 2  # app and the pod level
+    assert len(asked) == 2  # the pod level in its containers' two queries
+    comp.history.close()
 
 
 # ---- in the daemon
@@ -347,7 +342,7 @@ def test_the_worker_survives_what_a_fetch_raises() -> None:
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("a bug")
-        return _matrix([_series(KEY, CPU if q.resource == "cpu" else MEMORY)])
+        return matrix([series(KEY, CPU if q.resource == "cpu" else MEMORY)])
 
     model = _settings("http://p")
     loader = HistoryLoader(model.prometheus, model, fetch)

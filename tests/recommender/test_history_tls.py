@@ -26,7 +26,7 @@ from agent.recommender.config import PrometheusSettings, RecommenderSettings
 from agent.recommender.history import HistoryLoader, loader_for
 from agent.recommender.state import Key, RecommenderState
 from agent.recommender.trace import Sample
-from tests.recommender.test_history import CPU, KEY, MEMORY, NOW, _matrix, _series
+from tests.recommender.fake_prometheus import CPU, KEY, MEMORY, NOW, matrix, series
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 OTHER: Key = ("shop/api", "sidecar")
@@ -71,7 +71,7 @@ class SecurePrometheus:
                     body, status = b'{"status":"error","errorType":"unauthorized","error":"Unauthorized"}', 401
                 else:
                     cpu = form["query"][0].startswith("rate(")
-                    body, status = _matrix([_series(KEY, CPU if cpu else MEMORY), _series(OTHER, CPU)]), 200
+                    body, status = matrix([series(KEY, CPU if cpu else MEMORY), series(OTHER, CPU)]), 200
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

@@ -1,6 +1,7 @@
 """The pure parts of the history from Prometheus: the `recommender.prometheus` settings, VPA's queries narrowed
-to the node's containers, a `query_range` matrix parsed into series, series keyed as the sampler keys
-containers, and the histories their samples make."""
+to the node's containers (and, for a pod level, POD, its pod cgroup's series in the same queries), a
+`query_range` matrix parsed into series, series keyed as the sampler keys containers and pod levels, and the
+histories their samples make."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.config.settings import from_mapping
+from agent.core.model import POD
 from agent.recommender.config import (
     PrometheusSettings,
     RecommenderSettings,
@@ -32,7 +34,7 @@ from agent.recommender.prometheus import (
     selector,
     series_key,
 )
-from agent.recommender.state import RecommenderState
+from agent.recommender.state import Key, RecommenderState
 from agent.recommender.trace import Sample
 
 DEFAULT = PrometheusSettings(address="http://prometheus.monitoring.svc:9090")
@@ -178,6 +180,60 @@ def test_the_pod_matcher_matches_exactly_the_pods_asked_about(pods: set[tuple[st
     assert bool(re.fullmatch(pattern, other, re.DOTALL)) == (other in names)
 
 
+ANY_JOB = PrometheusSettings(address="http://p", cadvisor_job_name="", container_pod_name_label="pod",
+                             container_name_label="container")
+MIXED = {("shop/api-0", "app"), ("shop/api-0", POD), ("web/front.v2", "nginx")}
+CONTAINERS = 'pod=~"api-0|front\\\\.v2", container!="POD", container!="", namespace=~"shop|web"'
+
+
+@pytest.mark.parametrize(("settings", "keys", "cpu", "memory"), [
+    (ANY_JOB, KEYS,  # no POD key: VPA's queries, nothing asked about the pod cgroups
+     f'rate(container_cpu_usage_seconds_total{{{CONTAINERS}}}[1h])',
+     f'container_memory_working_set_bytes{{{CONTAINERS}}}'),
+    (ANY_JOB, MIXED,  # the same, or the pod cgroups of the POD keys' pods only
+     f'rate(container_cpu_usage_seconds_total{{{CONTAINERS}}}[1h]) or rate(container_cpu_usage_seconds_total'
+     '{pod=~"api-0", container="", image="", namespace=~"shop"}[1h])',
+     f'container_memory_working_set_bytes{{{CONTAINERS}}} or container_memory_working_set_bytes'
+     '{pod=~"api-0", container="", image="", namespace=~"shop"}'),
+    (ANY_JOB, {("shop/api-0", POD), ("web/front.v2", POD)},  # pod levels only
+     'rate(container_cpu_usage_seconds_total{pod=~"api-0|front\\\\.v2", container="", image="", '
+     'namespace=~"shop|web"}[1h])',
+     'container_memory_working_set_bytes{pod=~"api-0|front\\\\.v2", container="", image="", namespace=~"shop|web"}'),
+    (DEFAULT, MIXED,  # VPA's labels and job
+     'rate(container_cpu_usage_seconds_total{job="kubernetes-cadvisor", pod_name=~"api-0|front\\\\.v2", '
+     'name!="POD", name!="", namespace=~"shop|web"}[1h]) or rate(container_cpu_usage_seconds_total'
+     '{job="kubernetes-cadvisor", pod_name=~"api-0", name="", image="", namespace=~"shop"}[1h])',
+     'container_memory_working_set_bytes{job="kubernetes-cadvisor", pod_name=~"api-0|front\\\\.v2", name!="POD", '
+     'name!="", namespace=~"shop|web"} or container_memory_working_set_bytes{job="kubernetes-cadvisor", '
+     'pod_name=~"api-0", name="", image="", namespace=~"shop"}'),
+])
+def test_pod_levels_add_their_pod_cgroups_to_the_same_two_queries(
+        settings: PrometheusSettings, keys: set[Key], cpu: str, memory: str) -> None:
+    q_cpu, q_memory = history_queries(settings, keys, NOW)
+    assert (q_cpu.query, q_memory.query) == (cpu, memory)
+    assert (q_cpu.start, q_cpu.end, q_memory.step_s) == (NOW - settings.history_length_s, NOW, 3600.0)
+
+
+@given(st.sets(st.tuples(st.sampled_from(["shop", "web"]), st.sampled_from(["a", "b.c", "d"]),
+                         st.sampled_from([POD, "app"])), min_size=1))
+def test_the_pod_cgroups_asked_about_are_those_of_the_pod_keys(raw: set[tuple[str, str, str]]) -> None:
+    keys = {(f"{ns}/{name}", c) for ns, name, c in raw}
+    for q in history_queries(MODERN, keys, NOW):
+        operands = q.query.split(" or ")
+        for matcher, wanted in (('container!=""', {k for k in keys if k[1] != POD}),
+                                ('container="", image=""', {k for k in keys if k[1] == POD})):
+            asked = [o for o in operands if matcher in o]
+            assert len(asked) == bool(wanted)
+            for operand in asked:
+                pods = re.search(r'pod=~("(?:[^"\\]|\\.)*")', operand)
+                namespaces = re.search(r'namespace=~("(?:[^"\\]|\\.)*")', operand)
+                assert pods is not None and namespaces is not None
+                names = {n for n in ("a", "b.c", "d") if re.fullmatch(_unquote(pods.group(1)), n)}
+                spaces = {n for n in ("shop", "web") if re.fullmatch(_unquote(namespaces.group(1)), n)}
+                assert names == {k[0].partition("/")[2] for k in wanted}
+                assert spaces == {k[0].partition("/")[0] for k in wanted}
+
+
 # ---- the response
 
 def _response(*series: tuple[dict[str, str], list[list[Any]]]) -> bytes:
@@ -245,6 +301,43 @@ def test_garbage_is_a_history_error_never_another(body: bytes) -> None:
 def test_a_series_is_keyed_as_the_sampler_keys_its_container(
         settings: PrometheusSettings, labels: dict[str, str], key: tuple[str, str] | None) -> None:
     assert series_key(settings, labels) == key
+
+
+# the pod cgroup of shop/api-0 as the kubelet's cAdvisor writes it and Prometheus keeps it (no empty label)
+POD_CGROUP = {k: v for k, v in APP.items() if k not in ("container", "image", "name")} | {
+    "id": "/kubepods/burstable/pod0f0e"}
+SANDBOX = {**POD_CGROUP, "id": "/kubepods/burstable/pod0f0e/5e1f", "image": "registry.k8s.io/pause:3.10",
+           "name": "5e1f"}  # containerd's: no container name either, but an image
+
+
+@pytest.mark.parametrize(("settings", "labels", "key"), [
+    (MODERN, POD_CGROUP, ("shop/api-0", POD)),
+    (MODERN, {**POD_CGROUP, "container": "", "image": ""}, ("shop/api-0", POD)),  # empty is absent
+    (MODERN, SANDBOX, None),
+    (MODERN, {**SANDBOX, "container": "POD"}, None),  # dockershim's and CRI-O's sandbox
+    (MODERN, {k: v for k, v in POD_CGROUP.items() if k != "pod"}, None),  # a QoS or the kubepods cgroup
+    (MODERN, {k: v for k, v in POD_CGROUP.items() if k != "namespace"}, None),
+    (DEFAULT, POD_CGROUP, None),
+    (DEFAULT, {"namespace": "shop", "pod_name": "api-0", "id": "/kubepods/burstable/pod0f0e"}, ("shop/api-0", POD)),
+])
+def test_a_pod_cgroups_series_is_keyed_as_the_pod_level(
+        settings: PrometheusSettings, labels: dict[str, str], key: tuple[str, str] | None) -> None:
+    assert series_key(settings, labels) == key
+
+
+@pytest.mark.parametrize("wanted", [True, False])
+def test_a_pod_cgroups_samples_are_the_pod_levels_only_when_wanted(wanted: bool) -> None:
+    t0 = 1_763_308_800.0
+    cpu = [Series(POD_CGROUP, ((t0 + 3600, 0.6), (t0, 0.5))), Series(APP, ((t0, 0.2),)),
+           Series(SANDBOX, ((t0 + 60, 9.0),)),
+           Series({**POD_CGROUP, "pod": "api-1"}, ((t0, 9.0),))]  # the pod cgroup of a pod not asked about
+    memory = [Series(POD_CGROUP, ((t0, 5e8),)), Series(SANDBOX, ((t0 + 60, 9e9),))]
+    keys = {("shop/api-0", "app"), ("shop/api-1", "app"), *([("shop/api-0", POD)] if wanted else [])}
+    got = samples_by_key(MODERN, cpu, memory, keys)
+    assert {k: [(s.ts, s.pod, s.container, s.cpu, s.memory) for s in v] for k, v in got.items()} == {
+        ("shop/api-0", "app"): [(t0, "shop/api-0", "app", 0.2, None)],
+        **({("shop/api-0", POD): [(t0, "shop/api-0", POD, 0.5, None), (t0, "shop/api-0", POD, None, 5e8),
+                                  (t0 + 3600, "shop/api-0", POD, 0.6, None)]} if wanted else {})}
 
 
 def test_samples_of_the_nodes_containers_only_sorted_by_time() -> None:

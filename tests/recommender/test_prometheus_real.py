@@ -6,9 +6,11 @@ samples fed through its normal sample path: equal within one histogram bucket.
 
 The series: each container's CPU counter grows at a rate of its own for each hour (so `rate(...[1h])` at a
 whole hour is that hour's rate, exactly), its working set holds a value of its own for each hour; written
-every 5 minutes. Beside the node's three containers (one pod name holding a dot), series the loader must
-ignore: a pod of a namespace and a pod name both asked about but not that pair, a pod not asked about, the
-pod's sandbox (`container=""` and `"POD"`), and another job's copy of a container."""
+every 5 minutes. Beside the node's three containers (one pod name holding a dot) and its two pods' own cgroups
+(their pod levels, POD: no container label, no image), series the loader must ignore: a pod (and its pod
+cgroup) of a namespace and a pod name both asked about but not that pair, a pod not asked about, the pod's
+sandbox (containerd's: no container label but the pause image; dockershim's `"POD"`), and another job's copy of
+a container."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from agent.core.model import POD
 from agent.recommender.config import PrometheusSettings, RecommenderSettings
 from agent.recommender.estimate import recommend
 from agent.recommender.history import HistoryLoader, http_fetch
@@ -39,13 +42,16 @@ PROMTOOL = Path("/usr/bin/promtool")
 HOUR = 3600
 STEP = 300  # the series' scrape interval
 DAYS = 8
-MINE: tuple[Key, ...] = (("shop/api-7d9f.x", "app"), ("shop/api-7d9f.x", "sidecar"), ("web/front", "nginx"))
-OTHERS: tuple[tuple[Key, str], ...] = (
-    (("web/api-7d9f.x", "app"), "kubernetes-cadvisor"),  # namespace and pod both asked about, not together
-    (("shop/other", "app"), "kubernetes-cadvisor"),  # a pod not asked about
-    (("shop/api-7d9f.x", ""), "kubernetes-cadvisor"),  # the sandbox as containerd reports it
-    (("shop/api-7d9f.x", "POD"), "kubernetes-cadvisor"),  # and as dockershim did
-    (("web/front", "nginx"), "node-exporter"),  # another job
+MINE: tuple[Key, ...] = (("shop/api-7d9f.x", "app"), ("shop/api-7d9f.x", "sidecar"), ("web/front", "nginx"),
+                         ("shop/api-7d9f.x", POD), ("web/front", POD))
+PAUSE = "registry.k8s.io/pause:3.10"
+OTHERS: tuple[tuple[Key, str, str], ...] = (  # (key, job, image)
+    (("web/api-7d9f.x", "app"), "kubernetes-cadvisor", ""),  # namespace and pod both asked about, not together
+    (("web/api-7d9f.x", POD), "kubernetes-cadvisor", ""),  # and its pod cgroup
+    (("shop/other", "app"), "kubernetes-cadvisor", ""),  # a pod not asked about
+    (("shop/api-7d9f.x", POD), "kubernetes-cadvisor", PAUSE),  # the sandbox as containerd reports it
+    (("shop/api-7d9f.x", "POD"), "kubernetes-cadvisor", PAUSE),  # and as dockershim did
+    (("web/front", "nginx"), "node-exporter", ""),  # another job
 )
 
 pytestmark = pytest.mark.skipif(
@@ -54,36 +60,42 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def cpu_rate(key: Key, job: str, hour: int) -> float:
+def cpu_rate(key: Key, job: str, hour: int, image: str = "") -> float:
     """Cores during the hour starting at `hour` × 3600: mostly low, a spike every tenth hour."""
-    r = random.Random(f"cpu {key} {job} {hour}")
+    r = random.Random(f"cpu {key} {job} {hour}{image}")
     base = {"app": 0.2, "sidecar": 0.05, "nginx": 0.4}.get(key[1], 0.3)
     return round(base * r.uniform(0.5, 1.5) + (0.8 if hour % 10 == 0 else 0.0), 4)
 
 
-def working_set(key: Key, job: str, hour: int) -> float:
-    r = random.Random(f"mem {key} {job} {hour}")
+def working_set(key: Key, job: str, hour: int, image: str = "") -> float:
+    r = random.Random(f"mem {key} {job} {hour}{image}")
     base = {"app": 200e6, "sidecar": 30e6, "nginx": 120e6}.get(key[1], 90e6)
     return float(int(base * r.uniform(0.8, 1.2)) + (60_000_000 if hour % 24 == 13 else 0))
 
 
-def labels(key: Key, job: str) -> str:
+def labels(key: Key, job: str, image: str) -> str:
+    """The kubelet's cAdvisor labels as Prometheus keeps them (no empty one): a pod cgroup has neither
+    container nor image, and its id is the pod's."""
     namespace, _, pod = key[0].partition("/")
-    return (f'container="{key[1]}",id="/kubepods/burstable/pod-{pod}/{key[1] or "sandbox"}",job="{job}",'
-            f'namespace="{namespace}",pod="{pod}"')
+    cgroup = f"/kubepods/burstable/pod-{pod}"
+    if key[1] != POD or image:  # a container's or a sandbox's cgroup is below its pod's
+        cgroup += f"/{key[1] or 'sandbox'}"
+    kept = {"container": key[1], "id": cgroup, "image": image, "job": job, "namespace": namespace, "pod": pod}
+    return ",".join(f'{k}="{v}"' for k, v in kept.items() if v)
 
 
 def openmetrics(first: int, last: int) -> str:
     out = []
-    every = [(k, "kubernetes-cadvisor") for k in MINE] + list(OTHERS)
-    for key, job in every:
+    every = [(k, "kubernetes-cadvisor", "") for k in MINE] + list(OTHERS)
+    for key, job, image in every:
         counter = 1000.0
         for t in range(first, last + 1, STEP):
-            out.append(f"container_cpu_usage_seconds_total{{{labels(key, job)}}} {counter!r} {t}")
-            counter += STEP * cpu_rate(key, job, t // HOUR)
-    for key, job in every:
+            out.append(f"container_cpu_usage_seconds_total{{{labels(key, job, image)}}} {counter!r} {t}")
+            counter += STEP * cpu_rate(key, job, t // HOUR, image)
+    for key, job, image in every:
         for t in range(first, last + 1, STEP):
-            out.append(f"container_memory_working_set_bytes{{{labels(key, job)}}} {working_set(key, job, t // HOUR)!r} {t}")
+            value = working_set(key, job, t // HOUR, image)
+            out.append(f"container_memory_working_set_bytes{{{labels(key, job, image)}}} {value!r} {t}")
     return "\n".join([*out, "# EOF", ""])
 
 
@@ -158,8 +170,9 @@ def test_the_history_from_prometheus_gives_the_recommendation_of_the_same_sample
     finally:
         loader.close()
     [line] = [e for e in logs if e["event"].startswith("recommender.prometheus")]
-    # CPU and memory of the 3 containers and of web/api-7d9f.x (its namespace and pod name both asked about)
-    assert (line["event"], line["found"], line["series"]) == ("recommender.prometheus_history", 3, 8)
+    # CPU and memory of the 3 containers, the 2 pod cgroups, and web/api-7d9f.x's container and pod cgroup (its
+    # namespace and pod name both asked about); neither sandbox
+    assert (line["event"], line["found"], line["series"]) == ("recommender.prometheus_history", 5, 14)
     assert sorted(loaded.histories) == sorted(MINE)  # and nothing of the series it had to ignore
 
     local = RecommenderState(model)  # the same samples, as the sampler hands them: one a step
@@ -173,8 +186,8 @@ def test_the_history_from_prometheus_gives_the_recommendation_of_the_same_sample
         got, want = loaded.histories[key], local.histories[key]
         assert (got.samples, got.first_sample, got.last_sample) == (want.samples, want.first_sample, want.last_sample)
         assert got.samples == DAYS * 24 + 1
-        a = recommend(got, model, 2 if key[0].startswith("shop/") else 1)
-        b = recommend(want, model, 2 if key[0].startswith("shop/") else 1)
+        containers = 2 if key[0].startswith("shop/") and key[1] != POD else 1  # the pod level has the minimums whole
+        a, b = recommend(got, model, containers), recommend(want, model, containers)
         for which in ("target", "lower", "upper"):
             ea, eb = getattr(a, which), getattr(b, which)
             assert _within_a_bucket(ea.cpu_milli, eb.cpu_milli), (key, which, ea, eb)
