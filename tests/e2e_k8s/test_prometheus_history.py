@@ -19,7 +19,9 @@ recommendation of the history it then publishes (its NodeHistory) is compared wi
 reaches from the same samples (the test asks Prometheus the agent's own two queries, as Prometheus's query
 log recorded them, and feeds the answer to agent.recommender's model), with the independent reference of
 tests/recommender/test_model.py on those samples, and with the history the first agent recorded locally:
-each within one histogram bucket. Last, Prometheus stopped: a new pod's history cannot be loaded, the agent
+each within one histogram bucket. Beside it the same container with its values at pod level: the new agent
+loads that pod's pod-cgroup history from Prometheus too (from minutes before it started), its targets
+within a bucket of the first agent's. Last, Prometheus stopped: a new pod's history cannot be loaded, the agent
 logs one line and stays Ready.
 """
 
@@ -39,10 +41,12 @@ import pytest
 import yaml
 
 from agent.config.settings import from_mapping
+from agent.core.model import POD
 from agent.recommender import wire
 from agent.recommender.config import BUCKET_GROWTH, CPU_FIRST_BUCKET, MEMORY_FIRST_BUCKET, RecommenderSettings
 from agent.recommender.estimate import Recommendation, recommend
 from agent.recommender.model import ContainerHistory
+from agent.recommender.podlevel import pod_entry
 from agent.recommender.state import RecommenderState
 from agent.recommender.trace import Sample
 from tests.e2e_k8s.nodes import (
@@ -67,6 +71,7 @@ pytestmark = [needs_cluster, pytest.mark.skipif(not PROMETHEUS.exists(), reason=
 # kit's) listens elsewhere, and its cAdvisor series stop at the pod (`container=""`, as with no runtime)
 NODE = V2_NODE
 NAME = "steady"
+POD_LEVEL = "steady-pod"  # the same container, its values at pod level
 RUN_S = float(os.environ.get("KCG_PROM_HISTORY_S", "420"))  # recorded before the agent restarts
 STATE_FILE = "/var/lib/kube-cgroup-agent/recommender.json"  # the DaemonSet's state hostPath
 
@@ -130,18 +135,19 @@ def recommender_on(scraper: Scraper) -> Iterator[RecommenderSettings]:
         _restart_agent(NODE)
 
 
-def _workload(name: str, vpa: bool = True) -> list[dict[str, Any]]:
+def _workload(name: str, vpa: bool = True, pod_level: bool = False) -> list[dict[str, Any]]:
+    """The steady container; `pod_level`: its values as the pod's (`spec.resources`), the container none."""
     labels = {"app": name}
     script = "dd if=/dev/zero of=/dev/shm/fill bs=1M count=40 2>/dev/null; while :; do :; done"
+    resources = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}}
+    app: dict[str, Any] = {"name": "app", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", script]}
+    spec = {"terminationGracePeriodSeconds": 1, "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "containers": [app], **({"resources": resources} if pod_level else {})}
+    if not pod_level:
+        app["resources"] = resources
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {"terminationGracePeriodSeconds": 1, "nodeSelector": {"kubernetes.io/hostname": NODE},
-                     "containers": [{"name": "app", "image": IMAGE, "imagePullPolicy": "Never",
-                                     "command": ["sh", "-c", script],
-                                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
-                                                   "limits": {"cpu": "200m", "memory": "128Mi"}}}]}}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": spec}},
     }
     out = [deployment]
     if vpa:
@@ -159,11 +165,13 @@ def _running_pod(name: str) -> str | None:
     return running[0] if len(running) == 1 else None
 
 
-def _published(settings: RecommenderSettings, after: float = 0.0) -> tuple[float, ContainerHistory] | None:
-    """The node's published history of the VPA's container, when its NodeHistory was written after `after`."""
+def _published(settings: RecommenderSettings, after: float = 0.0, entry: str = f"{NS}/{NAME}",
+               container: str = "app") -> tuple[float, ContainerHistory] | None:
+    """The node's published history of the VPA's container (or, `entry` pod_entry(...) and container POD,
+    its pod level), when its NodeHistory was written after `after`."""
     doc = json.loads(kubectl("get", "nodehistories", NODE, "-o", "json", ok=(0, 1)) or "{}")
     spec = doc.get("spec") or {}
-    text = ((spec.get("vpas") or {}).get(f"{NS}/{NAME}") or {}).get("containers", {}).get("app")
+    text = ((spec.get("vpas") or {}).get(entry) or {}).get("containers", {}).get(container)
     updated = datetime.fromisoformat(spec["updated"].replace("Z", "+00:00")).timestamp() if spec.get("updated") else 0.0
     if text is None or updated <= after:
         return None
@@ -215,20 +223,25 @@ def _history_lines(node: str, since_s: float) -> list[dict[str, Any]]:
 def test_the_history_from_prometheus_gives_the_recommendation_of_the_same_samples(
         scraper: Scraper, recommender_on: RecommenderSettings) -> None:
     settings = recommender_on
-    for obj in _workload(NAME):
+    for obj in [*_workload(NAME), *_workload(POD_LEVEL, pod_level=True)]:
         kubectl("apply", "-f", "-", stdin=json.dumps(obj))
     pod = wait_for(f"the {NAME} pod running on {NODE}", lambda: _running_pod(NAME), 120, 1)
+    pl_pod = wait_for(f"the {POD_LEVEL} pod running on {NODE}", lambda: _running_pod(POD_LEVEL), 120, 1)
+    pl_entry = pod_entry(f"{NS}/{POD_LEVEL}")
     t_start = time.time()
     series = f'{{job="kubernetes-cadvisor", namespace="{NS}", pod="{pod}", container="app"}}'
     wait_for("the container's series in Prometheus", lambda: get_json(
         f"{scraper.address}/api/v1/query?query=" + urllib.parse.quote(f"container_cpu_usage_seconds_total{series}"))["data"]["result"], 60, 2)
     time.sleep(max(0.0, t_start + RUN_S - time.time()))
     _, local = wait_for("the history the agent recorded itself", lambda: _published(settings, t_start + RUN_S - 30), 60, 2)
+    _, pl_local = wait_for("the pod level's history the agent recorded itself",
+                           lambda: _published(settings, t_start + RUN_S - 30, pl_entry, POD), 60, 2)
 
     went = _restart_agent(NODE, wipe=True)  # a new agent, no history: the container's comes from Prometheus
     t_loaded = time.monotonic()
     updated, loaded = wait_for("the agent's first NodeHistory after the load", lambda: _published(settings, went), 180, 1)
     waited_s = time.monotonic() - t_loaded
+    _, pl_loaded = wait_for("the pod level's history after the load", lambda: _published(settings, went, pl_entry, POD), 60, 1)
     lines = _history_lines(NODE, time.time() - went + 5)
     assert lines and all(e["event"] == "recommender.prometheus_history" for e in lines), lines
     assert sum(e["found"] for e in lines) >= 1
@@ -275,6 +288,15 @@ def test_the_history_from_prometheus_gives_the_recommendation_of_the_same_sample
         assert _buckets(agent[key], model[key]) <= allowed, (key, agent[key], model[key], span)
     for key in ("target_cpu", "target_memory"):  # what the first agent reached from its own samples
         assert _buckets(rec["recorded locally"][key], agent[key]) <= 1, (key, rec["recorded locally"][key], agent[key])
+    # the pod level's history is its pod cgroup's from Prometheus too (the series without a container and
+    # image), from minutes before this agent; its targets those the first agent reached from its own samples
+    pl_rec, pl_was = _flat(recommend(pl_loaded, settings, 1)), _flat(recommend(pl_local, settings, 1))
+    print(f"e2e-k8s:   pod level of {NS}/{pl_pod}: loaded from {(went - (pl_loaded.first_sample or went)) / 60:.1f} min "
+          f"before the agent, {pl_loaded.samples} samples; targets {pl_rec['target_cpu']}m/{pl_rec['target_memory'] >> 20}Mi "
+          f"(recorded locally {pl_was['target_cpu']}m/{pl_was['target_memory'] >> 20}Mi)")
+    assert pl_loaded.first_sample is not None and pl_loaded.first_sample <= went - RUN_S / 2, (pl_loaded.first_sample, went)
+    for key in ("target_cpu", "target_memory"):
+        assert _buckets(pl_was[key], pl_rec[key]) <= 1, (key, pl_was[key], pl_rec[key])
     print("e2e-k8s:   buckets apart (agent vs model, model vs reference, local vs agent targets): "
           + ", ".join(f"{k} {_buckets(agent[k], model[k]):.2f}/{_buckets(model[k], ref[k]):.2f}" for k in model)
           + f"; targets local {_buckets(rec['recorded locally']['target_cpu'], agent['target_cpu']):.2f} cpu, "
