@@ -208,7 +208,10 @@ def samples_by_key(settings: PrometheusSettings, cpu: Sequence[Series], memory: 
     """Each wanted key's samples, sorted by time (stable: at one time, the series in the response's order; a
     later CPU sample at the same time is then dropped by the model, as VPA's is). Series of other containers
     are ignored, and a pod cgroup's unless its POD key is wanted; a value that is not a finite, non-negative
-    number is dropped by the model."""
+    number is dropped by the model. Beyond VPA, a working set of 0 is left out: it is cAdvisor's first
+    reading of a cgroup nothing is charged to yet (a new pod cgroup's, before its containers), not a use,
+    and VPA's aggregation never replaces a peak of 0 within its interval (container.go addMemorySample:
+    `oldMaxMem != 0`), so that one point would hide every later peak of the next 24 hours."""
     out: dict[Key, list[Sample]] = {}
     for resource, matrix in (("cpu", cpu), ("memory", memory)):
         for series in matrix:
@@ -220,7 +223,7 @@ def samples_by_key(settings: PrometheusSettings, cpu: Sequence[Series], memory: 
             if resource == "cpu":
                 into.extend(Sample(t, pod, container, cpu=v) for t, v in series.points)
             else:
-                into.extend(Sample(t, pod, container, memory=v) for t, v in series.points)
+                into.extend(Sample(t, pod, container, memory=v) for t, v in series.points if v != 0)
     for into in out.values():
         into.sort(key=lambda s: s.ts)
     return out
