@@ -139,11 +139,12 @@ def e2e_k8s(d: dict[str, Any]) -> list[str]:
                 "limit written by the kubelet after the agent's `pods/resize` of `spec.resources`: "
                 + ", ".join(f"{n} {ms / 1000:.2f} s" for n, ms in sorted(d["pod_level_vpa_to_cgroup_ms"].items()))
                 + " (the VPA found through the node's watch, the decision, the resize, the kubelet's actuation); the pod",
-                "cgroup and the tiers then as `diff --all` computes them (0 disagreements"
-                + (", first seen " + ", ".join(f"{n} {ms / 1000:.2f} s" for n, ms in sorted(d["pod_level_tiers_agree_ms"].items()))
-                   + " after the pod cgroup's limit, a probe being one `diff --all` in the agent pod and the node's reads"
-                   if "pod_level_tiers_agree_ms" in d else "")
-                + "), mode Off left alone, and the next",
+                "cgroup and the tiers then as `diff --all` computes them (0 disagreements)"
+                + ("; the Burstable tier's CPU share, written by the agent, moved "
+                   + ", ".join(f"{n} {ms / 1000:.2f} s" for n, ms in sorted(d["pod_level_tier_ms"].items()))
+                   + " after the VPA's change (the same clock; both files read together every 50 ms)"
+                   if d.get("pod_level_tier_ms") else "")
+                + ", mode Off left alone, and the next",
                 "pod created with the recommendation by the admission policy. A pod holding 150 MiB in its tmpfs: the panic",
                 "button held a 50Mi recommendation back; released, the pod-level memory limit went down from 400Mi and stopped",
                 "above what the pod cgroup held. A pod setting both levels: the pod level took the pod-level recommendation",

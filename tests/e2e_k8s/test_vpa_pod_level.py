@@ -115,10 +115,24 @@ def test_pod_level_vpa_in_place_off_and_at_creation(agents: dict[str, NodeAgent]
     pname, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
     wait_for("the pod cgroup's quota (400m)", lambda: _pod_cpu_quota(node, uid) == 40000, 30 * slow)
 
+    tier = _tier_file(node)
+    tier_before = read_files(node, [tier])[tier]
     t0 = time.monotonic()
     kubectl("apply", "-f", "-", stdin=json.dumps(_vpa(name, "InPlace", _recommendation("300m", "250m", "400m"))))
-    wait_for("the pod-level limit (600m) in the pod cgroup", lambda: _pod_cpu_quota(node, uid) == 60000, 60 * slow, 0.1)
-    to_cgroup_ms = (time.monotonic() - t0) * 1000
+    seen: dict[str, float] = {}
+
+    def both_moved() -> bool:
+        """The pod cgroup's CPU limit and the Burstable tier's CPU share, read together: when each moved."""
+        files = read_files(node, [tier, _pod_path(node, uid, "cpu.cfs_quota_us", "cpu.max")])
+        at = (time.monotonic() - t0) * 1000
+        if files[tier] != tier_before:
+            seen.setdefault("tier", at)
+        if _number(files[_pod_path(node, uid, "cpu.cfs_quota_us", "cpu.max")]) == 60000:
+            seen.setdefault("pod", at)
+        return len(seen) == 2
+
+    wait_for("the pod-level limit (600m) in the pod cgroup and the Burstable tier moved", both_moved, 60 * slow, 0.05)
+    to_cgroup_ms, tier_ms = seen["pod"], seen["tier"]
     res = _resources(pname, uid)
     assert _values(res) == (300, 96 << 20, 600, 192 << 20), res  # VPA's target; the pod's ratio 2 kept
     after = json.loads(kubectl("get", "pod", pname, "-o", "json"))
@@ -130,12 +144,10 @@ def test_pod_level_vpa_in_place_off_and_at_creation(agents: dict[str, NodeAgent]
         the shares of the pod limit it inherits (docs/kubelet-differences.md)."""
         return compare(node, {**agent.diff(), "containers": []}, {uid})
 
-    t_cgroup = time.monotonic()
-    deadline, comparison = t_cgroup + 60 * slow, pod_and_tiers()
+    deadline, comparison = time.monotonic() + 60 * slow, pod_and_tiers()
     while comparison.disagreements and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(2.0)
         comparison = pod_and_tiers()
-    agreed_ms = (time.monotonic() - t_cgroup) * 1000  # an upper bound: one `diff --all` and the node's reads a probe
     assert comparison.disagreements == (), "\n".join(map(str, comparison.disagreements))
     assert comparison.compared > 0 and comparison.pods == 1
 
@@ -154,24 +166,39 @@ def test_pod_level_vpa_in_place_off_and_at_creation(agents: dict[str, NodeAgent]
     assert _values(created)[::2] == (500, 1000), created  # at creation: 500m, its limit in proportion
     assert all(not c.get("resources") for c in fresh["spec"]["containers"])
     print(f"\ne2e-k8s: {node}: pod-level VPA annotation -> pod cgroup written by the kubelet after {to_cgroup_ms:.0f} ms; "
-          f"the pod cgroup and the tiers as diff --all computes them {agreed_ms:.0f} ms after that")
+          f"the Burstable tier's CPU share moved by the agent after {tier_ms:.0f} ms")
     if out := os.environ.get("KCG_E2E_K8S_OUT"):
         def put(data: dict[str, Any]) -> None:
             data.setdefault("pod_level_vpa_to_cgroup_ms", {})[node] = to_cgroup_ms
-            data.setdefault("pod_level_tiers_agree_ms", {})[node] = agreed_ms
+            data.setdefault("pod_level_tier_ms", {})[node] = tier_ms
+            data.get("pod_level_tiers_agree_ms", {}).pop(node, None)
 
         provenance.record(Path(out), f"pod-level {node}", put)
     kubectl("delete", "deployment,vpa", name, "--wait=false")
 
 
-def _pod_file(node: str, uid: str, v1: str, v2: str) -> int | None:
-    """A pod cgroup file's number as the node holds it (v1: the file's controller's hierarchy; max: -1)."""
+def _pod_path(node: str, uid: str, v1: str, v2: str) -> str:
+    """A Burstable pod's cgroup file on the node (v1: in the file's controller's hierarchy)."""
     if node == V2_NODE:
-        path = f"/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice/{v2}"
-    else:
-        path = f"/sys/fs/cgroup/{v1.split('.')[0]}/realk8s/kubepods/burstable/pod{uid}/{v1}"
-    text = read_files(node, [path])[path]
+        return f"/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice/{v2}"
+    return f"/sys/fs/cgroup/{v1.split('.')[0]}/realk8s/kubepods/burstable/pod{uid}/{v1}"
+
+
+def _tier_file(node: str) -> str:
+    """The Burstable tier's CPU share (v1 cpu.shares, v2 cpu.weight)."""
+    if node == V2_NODE:
+        return "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cpu.weight"
+    return "/sys/fs/cgroup/cpu/realk8s/kubepods/burstable/cpu.shares"
+
+
+def _number(text: str | None) -> int | None:
     return None if text is None else (-1 if text.split()[0] == "max" else int(text.split()[0]))
+
+
+def _pod_file(node: str, uid: str, v1: str, v2: str) -> int | None:
+    """A pod cgroup file's number as the node holds it (max: -1)."""
+    path = _pod_path(node, uid, v1, v2)
+    return _number(read_files(node, [path])[path])
 
 
 @pytest.mark.parametrize("node", NODES)
