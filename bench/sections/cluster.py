@@ -142,7 +142,7 @@ def e2e_k8s(d: dict[str, Any]) -> list[str]:
                 "cgroup and the tiers then as `diff --all` computes them (0 disagreements)"
                 + ("; the Burstable tier's CPU share, written by the agent, moved "
                    + ", ".join(f"{n} {ms / 1000:.2f} s" for n, ms in sorted(d["pod_level_tier_ms"].items()))
-                   + " after the VPA's change (the same clock; both files read together every 50 ms)"
+                   + " after the VPA's change, in the same read as the pod cgroup's limit (both files in one read of the node, 50 ms after the last)"
                    if d.get("pod_level_tier_ms") else "")
                 + ", mode Off left alone, and the next",
                 "pod created with the recommendation by the admission policy. A pod holding 150 MiB in its tmpfs: the panic",
