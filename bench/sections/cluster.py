@@ -141,8 +141,9 @@ def e2e_k8s(d: dict[str, Any]) -> list[str]:
                 + " (the VPA found through the node's watch, the decision, the resize, the kubelet's actuation); the pod",
                 "cgroup and the tiers then as `diff --all` computes them (0 disagreements)"
                 + ("; the Burstable tier's CPU share, written by the agent, moved "
-                   + ", ".join(f"{n} {ms / 1000:.2f} s" for n, ms in sorted(d["pod_level_tier_ms"].items()))
-                   + " after the VPA's change, in the same read as the pod cgroup's limit (both files in one read of the node, 50 ms after the last)"
+                   + ", ".join(f"{n} {ms / 1000:.2f} s ({_beside(ms, d['pod_level_vpa_to_cgroup_ms'].get(n))})"
+                               for n, ms in sorted(d["pod_level_tier_ms"].items()))
+                   + " after the VPA's change (both files in one read of the node, 50 ms after the last)"
                    if d.get("pod_level_tier_ms") else "")
                 + ", mode Off left alone, and the next",
                 "pod created with the recommendation by the admission policy. A pod holding 150 MiB in its tmpfs: the panic",
@@ -157,6 +158,15 @@ def e2e_k8s(d: dict[str, Any]) -> list[str]:
         ),
         "",
     ]
+
+
+def _beside(tier_ms: float, pod_ms: float | None) -> str:
+    """When the tier moved, said against the pod cgroup's limit read in the same probes."""
+    if pod_ms is None:
+        return "the pod cgroup's limit not timed"
+    if tier_ms == pod_ms:
+        return "in the same read as the pod cgroup's limit"
+    return f"{abs(tier_ms - pod_ms) / 1000:.2f} s {'before' if tier_ms < pod_ms else 'after'} the pod cgroup's limit"
 
 
 def _reactions(r: dict[str, Any] | None) -> list[str]:
