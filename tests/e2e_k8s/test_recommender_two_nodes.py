@@ -69,22 +69,21 @@ def recommender_on() -> Iterator[None]:
         _restart_agents()
 
 
-def _workload() -> list[dict[str, Any]]:
-    labels = {"app": NAME}
+def _workload(name: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Deployment of one replica a node (`spec`: its pods' containers, and pod-level resources if any) and
+    a VPA in mode Off naming the node recommender."""
+    labels = {"app": name}
     deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": NAME, "namespace": NS},
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
         "spec": {"replicas": len(NODES), "selector": {"matchLabels": labels}, "template": {
             "metadata": {"labels": labels},
             "spec": {"terminationGracePeriodSeconds": 1,
                      "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                          {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}]}},
-                     "containers": [{"name": "app", "image": IMAGE, "imagePullPolicy": "Never",
-                                     "command": ["sh", "-c", "while :; do :; done"],
-                                     "resources": {"requests": {"cpu": "50m", "memory": "16Mi"},
-                                                   "limits": {"cpu": "100m", "memory": "64Mi"}}}]}}},
+                     **spec}}},
     }
-    vpa = {"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": NAME, "namespace": NS},
-           "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
+    vpa = {"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": name, "namespace": NS},
+           "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
                     "recommenders": [{"name": "kube-cgroup-agent"}], "updatePolicy": {"updateMode": "Off"}}}
     return [deployment, vpa]
 
@@ -128,7 +127,10 @@ class StatusSampler:
 
 def test_two_nodes_make_one_recommendation_and_the_other_node_takes_over_without_a_gap(recommender_on: None) -> None:
     kubectl("create", "namespace", NS, ok=(0, 1))
-    for obj in _workload():
+    for obj in _workload(NAME, {"containers": [{"name": "app", "image": IMAGE, "imagePullPolicy": "Never",
+                                                "command": ["sh", "-c", "while :; do :; done"],
+                                                "resources": {"requests": {"cpu": "50m", "memory": "16Mi"},
+                                                              "limits": {"cpu": "100m", "memory": "64Mi"}}}]}):
         kubectl("apply", "-f", "-", stdin=json.dumps(obj))
 
     def spread() -> set[str] | None:
@@ -191,24 +193,13 @@ def test_pod_level_pods_get_a_pod_level_recommendation_from_their_pod_cgroups(re
     publishes podRecommendations (in the annotation: the test CRD, like every VPA CRD today, prunes the field),
     a target that follows the pod cgroup's use, not the containers' sum of nothing declared; the VPA object
     stays one the API server accepts (the annotation's policy lets only the agent write it)."""
-    name, labels = "podlevel", {"app": "podlevel"}
+    name = "podlevel"
     kubectl("create", "namespace", NS, ok=(0, 1))
     ctr = {"image": IMAGE, "imagePullPolicy": "Never"}
-    deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
-        "spec": {"replicas": len(NODES), "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {"terminationGracePeriodSeconds": 1,
-                     "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                         {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}]}},
-                     "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
-                     "containers": [{"name": "busy", **ctr, "command": ["sh", "-c", "while :; do :; done"]},
-                                    {"name": "idle", **ctr, "command": ["sleep", "1000000"]}]}}},
-    }
-    vpa = {"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": name, "namespace": NS},
-           "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-                    "recommenders": [{"name": "kube-cgroup-agent"}], "updatePolicy": {"updateMode": "Off"}}}
-    for obj in (deployment, vpa):
+    for obj in _workload(name, {
+            "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+            "containers": [{"name": "busy", **ctr, "command": ["sh", "-c", "while :; do :; done"]},
+                           {"name": "idle", **ctr, "command": ["sleep", "1000000"]}]}):
         kubectl("apply", "-f", "-", stdin=json.dumps(obj))
 
     def histories() -> set[str] | None:

@@ -81,9 +81,9 @@ def _vpa(name: str, mode: str, recommendation: str) -> dict[str, Any]:
     }
 
 
-def _pod(name: str, node: str, not_uid: str = "") -> dict[str, Any]:
+def _pod(name: str, node: str, not_uid: str = "", ns: str = "default") -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
-        pods = json.loads(kubectl("get", "pods", "-l", f"app={name}", "-o", "json"))["items"]
+        pods = json.loads(kubectl("get", "pods", "-n", ns, "-l", f"app={name}", "-o", "json"))["items"]
         return next((p for p in pods if p["status"].get("phase") == "Running" and p["metadata"]["uid"] != not_uid
                      and not p["metadata"].get("deletionTimestamp")), None)
 
@@ -294,9 +294,8 @@ def test_limitrange_type_pod_caps_the_pod_level_recommendation(agents: dict[str,
         d["spec"]["template"]["spec"]["resources"] = {
             "requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}}
         kubectl("apply", "-f", "-", stdin=json.dumps(d))
-        pods = wait_for(f"{name} Running", lambda: [p for p in json.loads(kubectl("get", "pods", "-n", ns, "-o", "json"))["items"]
-                                                   if p["status"].get("phase") == "Running"], 90 * slow)
-        pname, uid = pods[0]["metadata"]["name"], pods[0]["metadata"]["uid"]
+        pod = _pod(name, node, ns=ns)
+        pname, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         # after the pod: the API server applies the LimitRange at admission, and this one is about the VPA's cap
         kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps({
             "apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "pod-max"},
